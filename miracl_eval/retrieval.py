@@ -1,0 +1,91 @@
+"""Retrieval: BM25 and impact search over Lucene indexes (pyserini), streamed in query chunks.
+
+Queries are read and searched in chunks, and each chunk's hits are appended to the run, so a
+run over 156k queries never holds more than one chunk in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from . import schemas
+from .indexing import index_analysis
+from .runs import RunWriter, rank_hits
+
+QUERY_CHUNK = 2_000
+
+
+def iter_query_chunks(
+    queries: str | os.PathLike[str], chunk: int = QUERY_CHUNK
+) -> Iterator[tuple[list[str], list[str]]]:
+    for batch in schemas.iter_batches(queries, schemas.QUERIES, batch_rows=chunk):
+        yield batch.column("qid").to_pylist(), batch.column("query").to_pylist()
+
+
+def _hits_table(qids: list[str], results: dict, k: int) -> pa.Table:
+    # batch_search returns {qid: [hits]}; queries without hits are simply absent from the run.
+    hits = {q: [(h.docid, float(h.score)) for h in results.get(q, [])] for q in qids}
+    return rank_hits(hits, depth=k)
+
+
+def bm25_search(
+    index: str | os.PathLike[str],
+    queries: str | os.PathLike[str],
+    run_parquet: str | os.PathLike[str],
+    run_trec: str | os.PathLike[str],
+    k1: float = 0.9,
+    b: float = 0.4,
+    k: int = 1000,
+    threads: int = 1,
+    tag: str = "bm25",
+) -> int:
+    """Search every query of ``queries.parquet`` with BM25 and write the run. Returns #queries.
+
+    Queries are analysed as the index's passages were (see :func:`indexing.index_analysis`).
+    """
+    from .java import ensure_jvm
+
+    ensure_jvm()
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(str(index))
+    searcher.set_bm25(k1, b)
+    analysis = index_analysis(index)
+    analysis.configure_searcher(searcher)
+    n = 0
+    with RunWriter(run_parquet, run_trec, tag) as writer:
+        for qids, texts in iter_query_chunks(queries):
+            results = searcher.batch_search(analysis.prepare_queries(texts), qids, k=k, threads=threads)
+            writer.write(_hits_table(qids, results, k))
+            n += len(qids)
+    searcher.close()
+    return n
+
+
+def impact_search(
+    index: str | os.PathLike[str],
+    queries: Iterator[tuple[list[str], list[str]]],
+    run_parquet: str | os.PathLike[str],
+    run_trec: str | os.PathLike[str],
+    k: int = 1000,
+    threads: int = 1,
+    tag: str = "sparse",
+) -> int:
+    """Search pretokenized weighted queries (a term repeated w times has weight w) in an impact index."""
+    from .java import ensure_jvm
+
+    ensure_jvm()
+    from pyserini.search.lucene import LuceneImpactSearcher
+
+    searcher = LuceneImpactSearcher(str(index), query_encoder=None)
+    n = 0
+    with RunWriter(run_parquet, run_trec, tag) as writer:
+        for qids, texts in queries:
+            results = searcher.batch_search(texts, qids, k=k, threads=threads)
+            writer.write(_hits_table(qids, results, k))
+            n += len(qids)
+    searcher.close()
+    return n

@@ -1,0 +1,121 @@
+"""Runs: rankings kept as Parquet (qid, docid, rank, score) and as standard 6-column TREC files.
+
+A run never drops a hit because its docid equals its qid (MIRACL qids can look like docids).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import pyarrow as pa
+
+from . import schemas
+from .atomic import atomic_output
+from .errors import InputError
+
+
+def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None = None) -> pa.Table:
+    """Build a run table from ``{qid: [(docid, score), ...]}``.
+
+    Each query's hits are ordered by score (descending), ties by docid (ascending), so that
+    the Parquet ranks and the order of the TREC file agree with how trec_eval reads scores.
+    Queries keep the order of the mapping.
+    """
+    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
+    for qid, qhits in hits.items():
+        ordered = sorted(qhits, key=lambda h: (-h[1], h[0]))
+        if depth is not None:
+            ordered = ordered[:depth]
+        for rank, (docid, score) in enumerate(ordered, start=1):
+            cols["qid"].append(qid)
+            cols["docid"].append(docid)
+            cols["rank"].append(rank)
+            cols["score"].append(float(score))
+    return pa.table(cols, schema=schemas.RUN)
+
+
+def format_trec(table: pa.Table, tag: str) -> Iterable[str]:
+    """TREC run lines ``qid Q0 docid rank score tag``; scores are written exactly (round-trip)."""
+    if any(c.isspace() for c in tag) or not tag:
+        raise ValueError(f"run tag {tag!r} must be a non-empty word")
+    qids = table.column("qid").to_pylist()
+    docids = table.column("docid").to_pylist()
+    ranks = table.column("rank").to_pylist()
+    scores = table.column("score").to_pylist()
+    for qid, docid, rank, score in zip(qids, docids, ranks, scores, strict=True):
+        yield f"{qid} Q0 {docid} {rank} {score!r} {tag}\n"
+
+
+class RunWriter:
+    """Stream a run, chunk by chunk, to its Parquet and its TREC file; both appear atomically."""
+
+    def __init__(
+        self,
+        parquet: str | os.PathLike[str],
+        trec: str | os.PathLike[str],
+        tag: str,
+        schema: pa.Schema = schemas.RUN,
+    ) -> None:
+        self.tag = tag
+        self._parquet = schemas.StreamWriter(parquet, schema)
+        self._trec_ctx = atomic_output(trec)
+        self._fh: TextIO | None = None
+
+    def __enter__(self) -> RunWriter:
+        self._parquet.__enter__()
+        try:
+            self._fh = open(self._trec_ctx.__enter__(), "w", encoding="utf-8")  # noqa: SIM115
+        except BaseException:
+            self._parquet.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def write(self, table: pa.Table) -> None:
+        assert self._fh is not None
+        self._parquet.write(table)
+        self._fh.writelines(format_trec(table, self.tag))
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        assert self._fh is not None
+        self._fh.close()
+        try:
+            self._trec_ctx.__exit__(exc_type, exc, tb)
+        finally:
+            self._parquet.__exit__(exc_type, exc, tb)
+        return False
+
+
+def write_run(table: pa.Table, parquet: str | os.PathLike[str], trec: str | os.PathLike[str], tag: str) -> None:
+    """Write a run as Parquet and as a TREC file, both atomically."""
+    with RunWriter(parquet, trec, tag, schema=table.schema) as writer:
+        writer.write(table)
+
+
+def read_trec(path: str | os.PathLike[str]) -> pa.Table:
+    """Read a 6-column TREC run file into a run table, checking each line."""
+    path = Path(path)
+    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise InputError(path, f"expected 6 fields, found {len(fields)}", lineno)
+            try:
+                rank, score = int(fields[3]), float(fields[4])
+            except ValueError:
+                raise InputError(path, "rank must be an integer and score a number", lineno) from None
+            cols["qid"].append(fields[0])
+            cols["docid"].append(fields[2])
+            cols["rank"].append(rank)
+            cols["score"].append(score)
+    return pa.table(cols, schema=schemas.RUN)
+
+
+def read_run(path: str | os.PathLike[str]) -> pa.Table:
+    return schemas.read_table(path, schemas.RUN)

@@ -1,0 +1,43 @@
+# BM25 with pyserini's MIRACL settings: the language's Lucene analyzer, k1=0.9, b=0.4.
+
+
+rule bm25_index:
+    input:
+        "resources/{dataset}/corpus/{corpus}/corpus.parquet",
+    output:
+        directory("resources/{dataset}/indexes/{corpus}/bm25"),
+    params:
+        language=lambda wc: DATASET.analyzer_language(wc.corpus),
+        thai=config["bm25"]["thai"],
+        java_heap=config["java_heap"],
+    log:
+        "logs/{dataset}/bm25_index/{corpus}.log",
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    conda:
+        "../envs/lucene.yaml"
+    script:
+        "../scripts/bm25_index.py"
+
+
+rule bm25_search:
+    input:
+        index=bm25_index,
+        queries="resources/{dataset}/topics/{part}/queries.parquet",
+    output:
+        run="runs/{dataset}/{part}/bm25.parquet",
+        trec="runs/{dataset}/{part}/bm25.trec",
+    params:
+        k1=config["bm25"]["k1"],
+        b=config["bm25"]["b"],
+        hits=config["hits"],
+    log:
+        "logs/{dataset}/bm25_search/{part}.log",
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+    conda:
+        "../envs/lucene.yaml"
+    script:
+        "../scripts/bm25_search.py"

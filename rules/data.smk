@@ -1,0 +1,37 @@
+# Downloads from the Hugging Face hub; used only when the config has no local `source`.
+
+
+rule download_corpus:
+    output:
+        directory("resources/{dataset}/downloads/corpus/{corpus}"),
+    params:
+        revision=config["hub"]["revision"],
+        cache_dir=config["hub"]["cache_dir"],
+    log:
+        "logs/{dataset}/download_corpus/{corpus}.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../scripts/download_corpus.py"
+
+
+rule download_topics:
+    output:
+        topics="resources/{dataset}/downloads/topics/{part}/topics.tsv",
+        qrels="resources/{dataset}/downloads/topics/{part}/qrels.tsv",
+    params:
+        split=config["split"],
+        revision=config["hub"]["revision"],
+        cache_dir=config["hub"]["cache_dir"],
+    log:
+        "logs/{dataset}/download_topics/{part}.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../scripts/download_topics.py"

@@ -1,0 +1,43 @@
+# nDCG@10 and Recall@100 with trec_eval semantics, per query and as tables.
+
+
+rule evaluate:
+    input:
+        run="runs/{dataset}/{part}/{method}.parquet",
+        qrels="resources/{dataset}/topics/{part}/qrels.parquet",
+    output:
+        "results/{dataset}/{part}/{method}.per_query.parquet",
+    log:
+        "logs/{dataset}/evaluate/{part}/{method}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../scripts/evaluate.py"
+
+
+rule tables:
+    input:
+        expand(
+            "results/{{dataset}}/{part}/{method}.per_query.parquet",
+            part=PARTS,
+            method=METHODS,
+        ),
+    output:
+        **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
+    params:
+        methods=METHODS,
+        partitions=PARTS,
+        mean_column=DATASET.mean_column,
+    log:
+        "logs/{dataset}/tables.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+    localrule: True
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../scripts/tables.py"

@@ -1,0 +1,37 @@
+# Raw files to Parquet: corpus (title appended to each passage), queries, qrels.
+
+
+rule preprocess_corpus:
+    input:
+        corpus_source,
+    output:
+        "resources/{dataset}/corpus/{corpus}/corpus.parquet",
+    params:
+        title_join=lambda wc: config["title_join"],
+    log:
+        "logs/{dataset}/preprocess_corpus/{corpus}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../scripts/preprocess_corpus.py"
+
+
+rule preprocess_topics:
+    input:
+        topics=topics_source,
+        qrels=qrels_source,
+    output:
+        queries="resources/{dataset}/topics/{part}/queries.parquet",
+        qrels="resources/{dataset}/topics/{part}/qrels.parquet",
+    log:
+        "logs/{dataset}/preprocess_topics/{part}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../scripts/preprocess_topics.py"

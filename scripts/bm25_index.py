@@ -1,0 +1,16 @@
+from miracl_eval.indexing import build_bm25_index
+from miracl_eval.stage import run_stage
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: build_bm25_index(
+        sm.input[0],
+        sm.output[0],
+        language=sm.params.language,
+        thai=sm.params.thai,
+        threads=sm.threads,
+        log_path=sm.log[0],
+        heap=sm.params.java_heap,
+    ),
+)

@@ -1,0 +1,17 @@
+from miracl_eval.datasets import get_dataset
+from miracl_eval.download import download_topics_qrels
+from miracl_eval.stage import run_stage
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: download_topics_qrels(
+        get_dataset(sm.wildcards.dataset),
+        sm.wildcards.part,
+        sm.params.split,
+        sm.output.topics,
+        sm.output.qrels,
+        revision=sm.params.revision,
+        cache_dir=sm.params.cache_dir,
+    ),
+)
