@@ -103,8 +103,7 @@ def analysis_for(language: str, thai: str = "auto") -> Analysis:
     """The analysis pyserini's MIRACL runs use for ``language`` (see the module docstring)."""
     if language in PRETOKENIZED:
         return Analysis(language, "whitespace")
-    if language == "th":
-        if thai == "python" or (thai == "auto" and not jvm_segments_thai()):
-            log.warning("Thai: %s", Analysis("th", "thai-python").describe())
-            return Analysis(language, "thai-python")
+    if language == "th" and (thai == "python" or (thai == "auto" and not jvm_segments_thai())):
+        log.warning("Thai: %s", Analysis("th", "thai-python").describe())
+        return Analysis(language, "thai-python")
     return Analysis(language, "language")

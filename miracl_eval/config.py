@@ -6,7 +6,6 @@ import copy
 import os
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ PLACEHOLDERS = ("{lang}", "{partition}")
 
 @cache
 def schema() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("config.schema.yaml").read_text(encoding="utf-8")
+    text = (Path(__file__).parent / "config.schema.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 
@@ -63,8 +62,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if bad:
         raise ConfigError(
             "languages",
-            f"unknown code(s) {', '.join(map(repr, bad))} for {dataset.name}; "
-            f"valid: {', '.join(dataset.partitions)}",
+            f"unknown code(s) {', '.join(map(repr, bad))} for {dataset.name}; valid: {', '.join(dataset.partitions)}",
         )
     if cfg["split"] is None:
         cfg["split"] = dataset.default_split

@@ -51,7 +51,11 @@ def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[
 
 
 def download_corpus(
-    dataset: Dataset, corpus: str, output_dir: str | os.PathLike[str], revision: str = "main", cache_dir: str | None = None
+    dataset: Dataset,
+    corpus: str,
+    output_dir: str | os.PathLike[str],
+    revision: str = "main",
+    cache_dir: str | None = None,
 ) -> list[Path]:
     """Download every file of a corpus into ``output_dir`` (created atomically)."""
     names = corpus_files(dataset, corpus, revision)

@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,32 +43,15 @@ class IndexResult:
     seconds: float
 
 
-def _write_json_collection(
-    records: Iterator[tuple[str, str]], folder: Path, files: int
-) -> int:
-    """Spread ``(id, contents)`` records round-robin over ``files`` JSONL files (one per thread)."""
-    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]
+def _write_collection(records: Iterator[dict[str, object]], folder: Path, files: int) -> int:
+    """Spread JSON records round-robin over ``files`` JSONL files (Anserini reads one per thread)."""
     n = 0
-    try:
-        for n, (docid, contents) in enumerate(records, start=1):
-            handles[n % files].write(json.dumps({"id": docid, "contents": contents}, ensure_ascii=False))
-            handles[n % files].write("\n")
-    finally:
-        for h in handles:
-            h.close()
-    return n
-
-
-def _write_vector_collection(records: Iterator[tuple[str, dict[str, int]]], folder: Path, files: int) -> int:
-    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]
-    n = 0
-    try:
-        for n, (docid, vector) in enumerate(records, start=1):
-            handles[n % files].write(json.dumps({"id": docid, "vector": vector}))
-            handles[n % files].write("\n")
-    finally:
-        for h in handles:
-            h.close()
+    with ExitStack() as stack:
+        handles = [
+            stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8")) for i in range(files)
+        ]
+        for n, record in enumerate(records, start=1):
+            handles[n % files].write(json.dumps(record, ensure_ascii=False) + "\n")
     return n
 
 
@@ -105,9 +89,10 @@ def _build(
 
     start = time.perf_counter()
     out = Path(output)
-    with tempfile.TemporaryDirectory(prefix="collection-", dir=out.parent) as tmp, atomic_output(
-        out, directory=True
-    ) as index:
+    with (
+        tempfile.TemporaryDirectory(prefix="collection-", dir=out.parent) as tmp,
+        atomic_output(out, directory=True) as index,
+    ):
         written = write(Path(tmp))
         if written != expected:
             raise MiraclEvalError(f"wrote {written} records for indexing, expected {expected}")
@@ -116,8 +101,7 @@ def _build(
         if docs != expected:
             raise MiraclEvalError(
                 f"the index of {out} holds {docs} documents but the corpus has {expected}: "
-                f"Anserini skipped documents it could not analyse"
-                + (f" (see {log_path})" if log_path else "")
+                f"Anserini skipped documents it could not analyse" + (f" (see {log_path})" if log_path else "")
             )
         if finish is not None:
             finish(index)
@@ -154,11 +138,12 @@ def build_bm25_index(
     log.info("analysis: %s", analysis.describe())
     expected = schemas.count_rows(corpus)
 
-    def records() -> Iterator[tuple[str, str]]:
+    def records() -> Iterator[dict[str, object]]:
         for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
             docids = batch.column("docid").to_pylist()
             texts = analysis.prepare_documents(batch.column("contents").to_pylist())
-            yield from zip(docids, texts, strict=True)
+            for docid, text in zip(docids, texts, strict=True):
+                yield {"id": docid, "contents": text}
 
     def args(inp: Path, index: Path) -> list[str]:
         return [
@@ -168,7 +153,7 @@ def build_bm25_index(
         ]  # fmt: skip
 
     def write(folder: Path) -> int:
-        return _write_json_collection(records(), folder, threads)
+        return _write_collection(records(), folder, threads)
 
     def describe(index: Path) -> None:
         (index / ANALYSIS_FILE).write_text(json.dumps({"language": language, "mode": analysis.mode}), encoding="utf-8")
@@ -193,4 +178,11 @@ def build_impact_index(
             "-impact", "-pretokenized",
         ]  # fmt: skip
 
-    return _build(output, expected, lambda d: _write_vector_collection(records(), d, threads), args, log_path, heap)
+    return _build(
+        output,
+        expected,
+        lambda d: _write_collection(({"id": i, "vector": v} for i, v in records()), d, threads),
+        args,
+        log_path,
+        heap,
+    )

@@ -148,9 +148,7 @@ def iter_qrels(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str, in
             continue
         fields = line.split()
         if len(fields) < 4:
-            raise InputError(
-                path, f"expected 4 fields 'qid Q0 docid relevance', found {len(fields)}", lineno
-            )
+            raise InputError(path, f"expected 4 fields 'qid Q0 docid relevance', found {len(fields)}", lineno)
         qid, _, docid, rel = fields[:4]
         try:
             relevance = int(rel)

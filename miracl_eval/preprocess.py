@@ -106,9 +106,7 @@ def build_queries(topics: str | os.PathLike[str], output: str | os.PathLike[str]
         queries.append(query)
     if not qids:
         raise InputError(topics, "no queries")
-    schemas.write_table(
-        schemas.pa.table({"qid": qids, "query": queries}), output, schemas.QUERIES
-    )
+    schemas.write_table(schemas.pa.table({"qid": qids, "query": queries}), output, schemas.QUERIES)
     return len(qids)
 
 
@@ -170,9 +168,7 @@ def corpus_inputs(source: str | os.PathLike[str]) -> list[Path]:
     return [path]
 
 
-def build_corpus_from(
-    source: str | os.PathLike[str], output: str | os.PathLike[str], template: str
-) -> CorpusStats:
+def build_corpus_from(source: str | os.PathLike[str], output: str | os.PathLike[str], template: str) -> CorpusStats:
     """Stage entry point: preprocess a corpus file or folder of shards."""
     return build_corpus(corpus_inputs(source), output, template)
 

@@ -26,9 +26,7 @@ CORPUS = pa.schema(
 )
 QUERIES = pa.schema([("qid", pa.string()), ("query", pa.string())])
 QRELS = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("relevance", pa.int32())])
-RUN = pa.schema(
-    [("qid", pa.string()), ("docid", pa.string()), ("rank", pa.int32()), ("score", pa.float64())]
-)
+RUN = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("rank", pa.int32()), ("score", pa.float64())])
 PER_QUERY = pa.schema([("qid", pa.string()), ("measure", pa.string()), ("value", pa.float64())])
 SPARSE = pa.schema(
     [

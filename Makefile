@@ -1,0 +1,37 @@
+# Two commands on a fresh machine:  make run  (the demo on the bundled sample)  and  make test.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= 2
+
+.PHONY: run test venv lint format clean
+
+venv: $(VENV)/.installed
+
+# torch is pinned first: 2.13.0 resolves to the CPU wheel on machines that provide it locally,
+# and to the CUDA build from PyPI elsewhere (what a GPU machine wants).
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+run: venv
+	$(BIN)/snakemake --cores $(CORES) results/miracl_ndcg.tsv --configfile sample/miracl.yaml
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check miracl_eval scripts tests benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakemake --lint --cores 1
+
+format: venv
+	$(BIN)/ruff format miracl_eval scripts tests benchmarks
+	$(BIN)/ruff check --fix miracl_eval scripts tests benchmarks
+	$(BIN)/snakefmt Snakefile rules
+
+clean:
+	rm -rf resources runs results logs stats .snakemake

@@ -1,0 +1,127 @@
+"""Loaders: the bundled sample, the real MIRACL dev files, and malformed inputs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE
+
+from miracl_eval.datasets import MIRACL
+from miracl_eval.errors import InputError
+from miracl_eval.loading import iter_corpus, iter_qrels, iter_topics
+
+# Dev topics per language, as published with MIRACL v1.0 (shared/README.md).
+DEV_COUNTS = {
+    "ar": 2896, "bn": 411, "en": 799, "es": 648, "fa": 632, "fi": 1271, "fr": 343, "hi": 350, "id": 960,
+    "ja": 860, "ko": 213, "ru": 1252, "sw": 482, "te": 828, "th": 733, "zh": 393, "de": 305, "yo": 119,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("lang", MIRACL.partitions)
+def test_sample_language_is_complete(lang: str) -> None:
+    passages = [p for _, p in iter_corpus(SAMPLE / "miracl" / lang / "corpus.jsonl")]
+    topics = {qid: q for _, qid, q in iter_topics(SAMPLE / "miracl" / lang / "topics.tsv")}
+    qrels = list(iter_qrels(SAMPLE / "miracl" / lang / "qrels.tsv"))
+    docids = {p.docid for p in passages}
+    assert len(passages) >= 20 and len(docids) == len(passages)
+    assert all(p.title for p in passages)
+    articles = {d.split("#")[0] for d in docids}
+    assert len(articles) < len(passages), "several passages per article"
+    assert len(topics) == 4
+    assert {r for *_, r in qrels} == {0, 1}, "relevant and non-relevant judgements"
+    assert any(qid in docids for qid in topics), "one qid equals a docid"
+    assert {q for _, q, _, _ in qrels} == set(topics)
+
+
+def test_real_miracl_dev_counts(miracl_dev: Path) -> None:
+    total = 0
+    for lang, expected in DEV_COUNTS.items():
+        topics = list(iter_topics(miracl_dev / "topics" / f"topics.miracl-v1.0-{lang}-dev.tsv"))
+        qrels = list(iter_qrels(miracl_dev / "qrels" / f"qrels.miracl-v1.0-{lang}-dev.tsv"))
+        assert len(topics) == expected, lang
+        assert {q for _, q, _, _ in qrels} == {q for _, q, _ in topics}, lang
+        total += len(topics)
+    assert total == 13495
+    yo = {(q, d): r for _, q, d, r in iter_qrels(miracl_dev / "qrels" / "qrels.miracl-v1.0-yo-dev.tsv")}
+    assert yo[("10020#0", "10020#0")] == 0, "a qid equal to a judged docid is kept as a string"
+
+
+def _write(path: Path, text: str, gz: bool = False) -> Path:
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def test_gzipped_and_plain_corpus_read_the_same(tmp_path: Path) -> None:
+    lines = [json.dumps({"docid": "1#0", "title": "T", "text": "uno"}), json.dumps({"docid": 7, "text": "dos"})]
+    text = "\n".join(lines) + "\n\n"
+    plain = [p for _, p in iter_corpus(_write(tmp_path / "c.jsonl", text))]
+    gzd = [p for _, p in iter_corpus(_write(tmp_path / "c.jsonl.gz", text, gz=True))]
+    assert plain == gzd
+    assert plain[1].docid == "7" and plain[1].title == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "words"),
+    [
+        ('{"docid": "1#0", "text": "a"}\n{"docid": "1#1", "text": \n', 2, "malformed JSON"),
+        ('{"docid": "1#0", "text": "a"}\n{"title": "x", "text": "b"}\n', 2, "no 'docid'"),
+        ('{"docid": "1#0", "title": "x"}\n', 1, "no 'text'"),
+        ('["1#0", "a"]\n', 1, "not a JSON object"),
+        ('{"docid": null, "text": "a"}\n', 1, "non-empty string"),
+    ],
+)
+def test_bad_corpus_lines(tmp_path: Path, content: str, line: int, words: str) -> None:
+    path = _write(tmp_path / "corpus.jsonl", content)
+    with pytest.raises(InputError) as err:
+        list(iter_corpus(path))
+    assert err.value.line == line
+    assert str(path) in str(err.value) and f"line {line}" in str(err.value) and words in str(err.value)
+
+
+def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
+    data = gzip.compress(("\n".join(json.dumps({"docid": str(i), "text": "x" * 50}) for i in range(200))).encode())
+    path = tmp_path / "c.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=str(path)):
+        list(iter_corpus(path))
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "words"),
+    [
+        ("1\tfirst\n2\t   \n", 2, "query 2 is empty"),
+        ("1\tfirst\nno tab here\n", 2, "qid<TAB>query"),
+        ("1\tfirst\n1\tagain\n", 2, "repeats line 1"),
+    ],
+)
+def test_bad_topics(tmp_path: Path, content: str, line: int, words: str) -> None:
+    path = _write(tmp_path / "topics.tsv", content)
+    with pytest.raises(InputError) as err:
+        list(iter_topics(path))
+    assert err.value.line == line and words in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "words"),
+    [
+        ("1 Q0 a 1\n1 Q0 b\n", 2, "expected 4 fields"),
+        ("1 Q0 a 1\n1 Q0 b yes\n", 2, "'yes' is not an integer"),
+        ("1 Q0 a 1\n1 Q0 a 0\n", 2, "judged twice"),
+    ],
+)
+def test_bad_qrels(tmp_path: Path, content: str, line: int, words: str) -> None:
+    path = _write(tmp_path / "qrels.tsv", content)
+    with pytest.raises(InputError) as err:
+        list(iter_qrels(path))
+    assert err.value.line == line and words in str(err.value)
+
+
+def test_ids_stay_strings(tmp_path: Path) -> None:
+    topics = _write(tmp_path / "t.tsv", "007\tq\n10020#0\tr\n")
+    assert [q for _, q, _ in iter_topics(topics)] == ["007", "10020#0"]
+    qrels = _write(tmp_path / "q.tsv", "007\tQ0\t007\t1\n")
+    assert list(iter_qrels(qrels)) == [(1, "007", "007", 1)]
