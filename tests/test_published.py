@@ -1,0 +1,229 @@
+"""Published numbers: shipped data, loader, configuration matching and the side-by-side table."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from miracl_eval import published
+from miracl_eval.datasets import MIRACL_LANGUAGES
+from miracl_eval.errors import InputError
+
+DATA = published.data_dir()
+M3_CONFIG = {
+    "dataset": "miracl",
+    "split": "dev",
+    "model": "BAAI/bge-m3",
+    "bm25": {"k1": 0.9, "b": 0.4, "thai": "auto"},
+    "fusion": {"dense": 1.0, "sparse": 0.3, "multivec": 1.0},
+    "rerank_depth": 200,
+}
+
+
+def tsv_rows(name: str) -> list[dict[str, str]]:
+    lines = [ln for ln in DATA.joinpath(name).read_text(encoding="utf-8").splitlines() if not ln.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t"))
+
+
+def test_files_and_sources_are_shipped() -> None:
+    for name in (*published.FILES, "SOURCES.md"):
+        assert DATA.joinpath(name).is_file(), name
+    sources = DATA.joinpath("SOURCES.md").read_text(encoding="utf-8")
+    ids = {r.source_id for r in published.load_published()}
+    assert ids == {"bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "messirve-full"}
+    for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994"):
+        assert needle in sources
+
+
+def test_loader_reads_every_line_exactly() -> None:
+    rows = published.load_published()
+    by_file = sum(len(tsv_rows(n)) for n in published.FILES)
+    assert len(rows) == by_file
+    for name in published.FILES:
+        for raw in tsv_rows(name):
+            match = [
+                r
+                for r in rows
+                if (r.source_id, r.system, r.partition, r.measure)
+                == (raw["source_id"], raw["system"], raw["partition"], raw["measure"])
+            ]
+            assert len(match) == 1
+            row = match[0]
+            assert row.text == raw["value"]
+            assert row.value == float(Decimal(raw["value"]) / Decimal(raw["scale"]))
+
+
+def test_bge_m3_table_is_complete() -> None:
+    rows = [r for r in published.load_published() if r.source_id == "bge-m3-table1"]
+    systems = {r.system for r in rows}
+    for name in ("BM25 (XLM-R tokenizer)", "mDPR", "mContriever", "mE5-large", "E5-mistral-7b"):
+        assert name in systems
+    for m3 in ("Dense", "Sparse", "Multi-vec", "Dense+Sparse", "All"):
+        assert f"M3-Embedding {m3}" in systems
+    for system in systems - {"OpenAI-3 (text-embedding-3-large)"}:
+        parts = {r.partition: Decimal(r.text) for r in rows if r.system == system}
+        assert set(parts) == {"mean", *MIRACL_LANGUAGES}, system
+        # the printed Avg is the mean of the 18 printed languages, within rounding
+        mean = sum(parts[lang] for lang in MIRACL_LANGUAGES) / 18
+        assert abs(mean - parts["mean"]) <= Decimal("0.1"), system
+    # spot checks against the paper (corrected Table 1)
+    value = {(r.system, r.partition): r.text for r in rows}
+    assert value[("M3-Embedding Dense", "mean")] == "69.2"
+    assert value[("M3-Embedding All", "mean")] == "71.5"
+    assert value[("M3-Embedding Sparse", "yo")] == "70.0"
+    assert value[("BM25 (XLM-R tokenizer)", "es")] == "7.7"
+
+
+def test_pyserini_numbers_match_the_installed_yaml() -> None:
+    import pyserini
+
+    spec = yaml.safe_load((Path(pyserini.__file__).parent / "2cr" / "miracl.yaml").read_text())
+    expected = {}
+    for cond in spec["conditions"]:
+        if cond["name"].startswith("bm25."):
+            dev = next(s for s in cond["splits"] if s["split"] == "dev")["scores"][0]
+            expected[cond["name"].split(".", 1)[1]] = dev
+    rows = [r for r in published.load_published() if r.source_id == "pyserini-1.6.0-2cr"]
+    assert {r.partition for r in rows} == set(MIRACL_LANGUAGES) == set(expected)
+    for r in rows:
+        assert r.value == expected[r.partition][r.measure]
+    # Table 11 of the BGE-M3 paper (BM25 with Lucene analyzer, 38.5) is pyserini's average
+    ndcg = [r.value for r in rows if r.measure == "nDCG@10"]
+    assert round(statistics.mean(ndcg) * 100, 1) == 38.5
+
+
+def test_side_by_side_bge_m3_dense_matches_shipped_numbers(tmp_path: Path) -> None:
+    rows = published.load_published()
+    ours = {"dense": {lang: 0.5 + i / 100 for i, lang in enumerate(MIRACL_LANGUAGES)}}
+    table = published.side_by_side(ours, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    got = {(t["source_id"], t["partition"]): t for t in table}
+    expected = {r.partition: r for r in rows if r.system == "M3-Embedding Dense"}
+    assert set(got) == {("bge-m3-table1", p) for p in expected}
+    for part, r in expected.items():
+        t = got[("bge-m3-table1", part)]
+        mine = sum(ours["dense"].values()) / 18 if part == "mean" else ours["dense"][part]
+        assert t["theirs"] == float(Decimal(r.text) / 100)
+        assert t["ours"] == pytest.approx(mine, abs=1e-15)
+        assert t["diff"] == t["ours"] - t["theirs"]
+        assert t["published"] == r.text and t["scale"] == 100
+    # the TSV round-trips: values read back equal the shipped numbers, diff = ours − theirs
+    out = tmp_path / "side.tsv"
+    published.write_side_by_side(table, out)
+    back = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines(), delimiter="\t"))
+    assert len(back) == len(table)
+    for line in back:
+        r = expected[line["partition"]]
+        assert float(line["theirs"]) == float(Decimal(r.text) / 100)
+        assert Decimal(line["published"]) == Decimal(r.text)
+        assert float(line["diff"]) == float(line["ours"]) - float(line["theirs"])
+
+
+def test_side_by_side_bm25_uses_pyserini_and_table11_not_the_xlmr_row() -> None:
+    rows = published.load_published()
+    ours = {
+        "bm25": {
+            r.partition: r.value - 0.01 for r in rows if r.source_id == "pyserini-1.6.0-2cr" and r.measure == "nDCG@10"
+        }
+    }
+    table = published.side_by_side(ours, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    sources = {t["source_id"] for t in table}
+    assert sources == {"pyserini-1.6.0-2cr", "bge-m3-table11"}  # never the XLM-R tokenizer BM25
+    for t in table:
+        if t["source_id"] == "pyserini-1.6.0-2cr":
+            assert t["diff"] == pytest.approx(-0.01, abs=1e-12)
+        else:
+            assert t["partition"] == "mean" and t["theirs"] == 0.385
+    # R@100 only has pyserini numbers
+    r100 = {r.partition: r.value for r in rows if r.source_id == "pyserini-1.6.0-2cr" and r.measure == "R@100"}
+    table = published.side_by_side({"bm25": r100}, "miracl", "dev", "R@100", M3_CONFIG)
+    assert len(table) == 18 and all(t["diff"] == 0.0 for t in table)
+
+
+def test_side_by_side_requires_matching_configuration() -> None:
+    ours = {m: {"sw": 0.7} for m in ("dense", "sparse", "multivec", "dense+sparse", "all", "bm25")}
+    full = published.side_by_side(ours, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    assert {t["method"] for t in full} == {"dense", "sparse", "multivec", "dense+sparse", "all", "bm25"}
+    # another model: no M3 rows
+    other = published.side_by_side(ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "model": "my/finetuned-m3"})
+    assert {t["method"] for t in other} == {"bm25"}
+    # another sparse weight: dense+sparse and all are not comparable, the others still are
+    w = published.side_by_side(
+        ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "fusion": {"dense": 1, "sparse": 0.5, "multivec": 1}}
+    )
+    assert {t["method"] for t in w} == {"dense", "sparse", "multivec", "bm25"}
+    # another rerank depth: multivec and all are not comparable
+    d = published.side_by_side(ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "rerank_depth": 100})
+    assert {t["method"] for t in d} == {"dense", "sparse", "dense+sparse", "bm25"}
+    # other BM25 parameters: not pyserini's
+    b = published.side_by_side(
+        {"bm25": {"sw": 0.4}}, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "bm25": {"k1": 1.2, "b": 0.75}}
+    )
+    assert b == []
+    # wrong split or dataset: nothing
+    assert published.side_by_side(ours, "miracl", "train", "nDCG@10", M3_CONFIG) == []
+    assert published.side_by_side(ours, "messirve", "test", "nDCG@10", M3_CONFIG) == []
+    # a mean needs every language (or an explicit mean)
+    partial = published.side_by_side({"dense": {"sw": 0.7, "yo": 0.8}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    assert {t["partition"] for t in partial} == {"sw", "yo"}
+    explicit = published.side_by_side({"dense": {"mean": 0.7}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    assert [(t["partition"], t["theirs"]) for t in explicit] == [("mean", 0.692)]
+
+
+def test_mismatch_explains() -> None:
+    row = next(r for r in published.load_published() if r.system == "M3-Embedding All" and r.partition == "sw")
+    assert published.mismatch(row, "all", M3_CONFIG) is None
+    assert "fusion.sparse" in published.mismatch(
+        row, "all", {**M3_CONFIG, "fusion": {"dense": 1.0, "sparse": 0.2, "multivec": 1.0}}
+    )
+    assert "model" in published.mismatch(row, "all", {**M3_CONFIG, "model": "x"})
+    xlmr = next(r for r in published.load_published() if r.system == "BM25 (XLM-R tokenizer)" and r.partition == "sw")
+    assert "bm25.tokenizer" in published.mismatch(xlmr, "bm25", M3_CONFIG)
+
+
+def test_side_by_side_messirve_bm25() -> None:
+    cfg = {"dataset": "messirve", "split": "test", "model": "BAAI/bge-m3", "bm25": {"k1": 0.9, "b": 0.4}}
+    table = published.side_by_side({"bm25": {"full": 0.2, "ar": 0.3}}, "messirve", "test", "nDCG@10", cfg)
+    assert [(t["partition"], t["theirs"], t["published"]) for t in table] == [("full", 0.1785, "0.1785")]
+    assert table[0]["diff"] == 0.2 - 0.1785
+    # e5 and OpenAI rows are reference only
+    assert published.side_by_side({"dense": {"full": 0.5}}, "messirve", "test", "nDCG@10", cfg) == []
+
+
+def test_parse_errors_name_file_and_line() -> None:
+    head = "\t".join(published.COLUMNS)
+    good = "miracl\tdev\ts\tX\tbm25\t-\tsw\tnDCG@10\t40.1\t100\t-"
+    assert published.parse_published(f"# c\n{head}\n{good}\n", "f.tsv")[0].value == 0.401
+    with pytest.raises(InputError, match=r"f.tsv, line 2: value 'x'"):
+        published.parse_published(f"{head}\n{good.replace('40.1', 'x')}\n", "f.tsv")
+    with pytest.raises(InputError, match="outside"):
+        published.parse_published(f"{head}\n{good.replace('40.1', '140.1')}\n", "f.tsv")
+    with pytest.raises(InputError, match="scale"):
+        published.parse_published(f"{head}\n{good.replace('100', '10')}\n", "f.tsv")
+    with pytest.raises(InputError, match="header"):
+        published.parse_published(f"{good}\n", "f.tsv")
+    with pytest.raises(InputError, match="key=value"):
+        published.parse_published(f"{head}\n{good[:-1]}fusion.sparse\n", "f.tsv")
+    with pytest.raises(InputError, match="unknown method"):
+        published.parse_published(f"{head}\n{good.replace('bm25', 'splade')}\n", "f.tsv")
+
+
+def test_read_results_table_round_trip(tmp_path: Path) -> None:
+    from miracl_eval.metrics import format_table
+
+    values = {"bm25": {"sw": 0.38, "yo": 0.41}, "dense": {"sw": 0.79, "yo": 0.82}}
+    path = tmp_path / "miracl_ndcg.tsv"
+    path.write_text(format_table(values, ["bm25", "dense"], ["sw", "yo"]), encoding="utf-8")
+    back = published.read_results_table(path)
+    assert back["bm25"]["sw"] == 0.38 and back["dense"]["mean"] == pytest.approx(0.805)
+    table = published.side_by_side(back, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    # the table's mean is over sw and yo only: never compared with a published 18-language mean
+    assert {(t["method"], t["partition"]) for t in table} == {(m, p) for m in ("bm25", "dense") for p in ("sw", "yo")}
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("x\ty\n", encoding="utf-8")
+    with pytest.raises(InputError, match="not a results table"):
+        published.read_results_table(bad)
