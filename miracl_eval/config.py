@@ -74,7 +74,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError("title_join", str(err)) from None
     src = cfg.get("source")
     if src:
-        for name in ("topics", "qrels"):
+        per_partition = ("topics", "qrels") if dataset.shared_corpus else ("corpus", "topics", "qrels")
+        for name in per_partition:
             if len(cfg["languages"]) > 1 and not any(p in src[name] for p in PLACEHOLDERS):
                 raise ConfigError(f"source.{name}", "must contain '{lang}' when several languages are evaluated")
     return cfg
