@@ -6,17 +6,17 @@ rule bm25_index:
         "resources/{dataset}/corpus/{corpus}/corpus.parquet",
     output:
         directory("resources/{dataset}/indexes/{corpus}/bm25"),
+    log:
+        "logs/{dataset}/bm25_index/{corpus}.log",
+    conda:
+        "../envs/lucene.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
     params:
         language=lambda wc: DATASET.analyzer_language(wc.corpus),
         thai=config["bm25"]["thai"],
         java_heap=config["java_heap"],
-    log:
-        "logs/{dataset}/bm25_index/{corpus}.log",
-    threads: config["threads"]
-    resources:
-        mem_mb=8000,
-    conda:
-        "../envs/lucene.yaml"
     script:
         "../scripts/bm25_index.py"
 
@@ -28,16 +28,16 @@ rule bm25_search:
     output:
         run="runs/{dataset}/{part}/bm25.parquet",
         trec="runs/{dataset}/{part}/bm25.trec",
+    log:
+        "logs/{dataset}/bm25_search/{part}.log",
+    conda:
+        "../envs/lucene.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
     params:
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],
         hits=config["hits"],
-    log:
-        "logs/{dataset}/bm25_search/{part}.log",
-    threads: config["threads"]
-    resources:
-        mem_mb=8000,
-    conda:
-        "../envs/lucene.yaml"
     script:
         "../scripts/bm25_search.py"

@@ -4,16 +4,16 @@
 rule download_corpus:
     output:
         directory("resources/{dataset}/downloads/corpus/{corpus}"),
-    params:
-        revision=config["hub"]["revision"],
-        cache_dir=config["hub"]["cache_dir"],
     log:
         "logs/{dataset}/download_corpus/{corpus}.log",
+    conda:
+        "../envs/data.yaml"
     threads: 1
     resources:
         mem_mb=1000,
-    conda:
-        "../envs/data.yaml"
+    params:
+        revision=config["hub"]["revision"],
+        cache_dir=config["hub"]["cache_dir"],
     script:
         "../scripts/download_corpus.py"
 
@@ -22,16 +22,16 @@ rule download_topics:
     output:
         topics="resources/{dataset}/downloads/topics/{part}/topics.tsv",
         qrels="resources/{dataset}/downloads/topics/{part}/qrels.tsv",
+    log:
+        "logs/{dataset}/download_topics/{part}.log",
+    conda:
+        "../envs/data.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         split=config["split"],
         revision=config["hub"]["revision"],
         cache_dir=config["hub"]["cache_dir"],
-    log:
-        "logs/{dataset}/download_topics/{part}.log",
-    threads: 1
-    resources:
-        mem_mb=1000,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/download_topics.py"

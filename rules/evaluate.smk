@@ -9,11 +9,11 @@ rule evaluate:
         "results/{dataset}/{part}/{method}.per_query.parquet",
     log:
         "logs/{dataset}/evaluate/{part}/{method}.log",
+    conda:
+        "../envs/eval.yaml"
     threads: 1
     resources:
         mem_mb=2000,
-    conda:
-        "../envs/eval.yaml"
     script:
         "../scripts/evaluate.py"
 
@@ -27,17 +27,17 @@ rule tables:
         ),
     output:
         **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
+    log:
+        "logs/{dataset}/tables.log",
+    localrule: True
+    conda:
+        "../envs/eval.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         methods=METHODS,
         partitions=PARTS,
         mean_column=DATASET.mean_column,
-    log:
-        "logs/{dataset}/tables.log",
-    threads: 1
-    resources:
-        mem_mb=1000,
-    localrule: True
-    conda:
-        "../envs/eval.yaml"
     script:
         "../scripts/tables.py"

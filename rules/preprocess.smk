@@ -6,15 +6,15 @@ rule preprocess_corpus:
         corpus_source,
     output:
         "resources/{dataset}/corpus/{corpus}/corpus.parquet",
-    params:
-        title_join=lambda wc: config["title_join"],
     log:
         "logs/{dataset}/preprocess_corpus/{corpus}.log",
+    conda:
+        "../envs/data.yaml"
     threads: 1
     resources:
         mem_mb=4000,
-    conda:
-        "../envs/data.yaml"
+    params:
+        title_join=lambda wc: config["title_join"],
     script:
         "../scripts/preprocess_corpus.py"
 
@@ -28,10 +28,10 @@ rule preprocess_topics:
         qrels="resources/{dataset}/topics/{part}/qrels.parquet",
     log:
         "logs/{dataset}/preprocess_topics/{part}.log",
+    conda:
+        "../envs/data.yaml"
     threads: 1
     resources:
         mem_mb=2000,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/preprocess_topics.py"

@@ -1,5 +1,9 @@
-from miracl_eval.metrics import tables_stage
-from miracl_eval.stage import run_stage
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.metrics import tables_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
