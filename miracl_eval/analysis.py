@@ -46,14 +46,14 @@ class Analysis:
     prepare_queries = prepare_documents
 
     def configure_searcher(self, searcher: Any) -> None:
-        """Set the query analyzer of a pyserini ``LuceneSearcher`` to match the index."""
+        """Set the query analyzer of a searcher (ours or pyserini's ``LuceneSearcher``) to match the index."""
         if self.mode == "language":
             if self.language != "en":  # as pyserini's CLI: English keeps the default analyzer
                 searcher.set_language(self.language)
             return
-        from pyserini.pyclass import autoclass
+        from .lucene import whitespace_analyzer
 
-        searcher.set_analyzer(autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")())
+        searcher.set_analyzer(whitespace_analyzer())
 
     def describe(self) -> str:
         return {

@@ -23,6 +23,7 @@ from .analysis import Analysis, analysis_for
 from .atomic import atomic_output
 from .errors import InputError, MiraclEvalError
 from .java import java_executable
+from .lucene import count_documents
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +64,6 @@ def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[s
     if proc.returncode != 0:
         where = f"; see {log_path}" if log_path else ""
         raise MiraclEvalError(f"Anserini {main_class.rsplit('.', 1)[-1]} failed (exit {proc.returncode}){where}")
-
-
-def count_documents(index: str | os.PathLike[str]) -> int:
-    """Number of documents in a Lucene index (opened in this process through pyserini)."""
-    from .java import ensure_jvm
-
-    ensure_jvm()
-    from pyserini.index.lucene import LuceneIndexReader
-
-    stats = LuceneIndexReader(str(index)).stats()
-    return int(stats["documents"])
 
 
 def _build(

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from . import schemas
 from .indexing import index_analysis
+from .lucene import BM25Searcher, Hits, ImpactSearcher
 from .runs import RunWriter, rank_hits
 
 QUERY_CHUNK = 2_000
@@ -25,10 +26,9 @@ def iter_query_chunks(
         yield batch.column("qid").to_pylist(), batch.column("query").to_pylist()
 
 
-def _hits_table(qids: list[str], results: dict, k: int) -> pa.Table:
-    # batch_search returns {qid: [hits]}; queries without hits are simply absent from the run.
-    hits = {q: [(h.docid, float(h.score)) for h in results.get(q, [])] for q in qids}
-    return rank_hits(hits, depth=k)
+def _hits_table(qids: list[str], results: Hits, k: int) -> pa.Table:
+    # batch_search returns {qid: [(docid, score)]}; queries without hits are absent from the run.
+    return rank_hits({q: results.get(q, []) for q in qids}, depth=k)
 
 
 def bm25_search(
@@ -46,13 +46,7 @@ def bm25_search(
 
     Queries are analysed as the index's passages were (see :func:`indexing.index_analysis`).
     """
-    from .java import ensure_jvm
-
-    ensure_jvm()
-    from pyserini.search.lucene import LuceneSearcher
-
-    searcher = LuceneSearcher(str(index))
-    searcher.set_bm25(k1, b)
+    searcher = BM25Searcher(index, k1, b)
     analysis = index_analysis(index)
     analysis.configure_searcher(searcher)
     n = 0
@@ -67,20 +61,15 @@ def bm25_search(
 
 def impact_search(
     index: str | os.PathLike[str],
-    queries: Iterator[tuple[list[str], list[str]]],
+    queries: Iterator[tuple[list[str], list[dict[str, int]]]],
     run_parquet: str | os.PathLike[str],
     run_trec: str | os.PathLike[str],
     k: int = 1000,
     threads: int = 1,
     tag: str = "sparse",
 ) -> int:
-    """Search pretokenized weighted queries (a term repeated w times has weight w) in an impact index."""
-    from .java import ensure_jvm
-
-    ensure_jvm()
-    from pyserini.search.lucene import LuceneImpactSearcher
-
-    searcher = LuceneImpactSearcher(str(index), query_encoder=None)
+    """Search queries given as ``{term: integer weight}`` in an impact index (exact dot products)."""
+    searcher = ImpactSearcher(index)
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:
         for qids, texts in queries:
