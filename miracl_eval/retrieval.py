@@ -68,13 +68,19 @@ def impact_search(
     threads: int = 1,
     tag: str = "sparse",
 ) -> int:
-    """Search queries given as ``{term: integer weight}`` in an impact index (exact dot products)."""
+    """Search queries given as ``{term: integer weight}`` in an impact index.
+
+    Scores are exact integer dot products. Anserini lowers each tied score by 1e-6 per earlier
+    tie (to order ties); rounding restores the true score, and :func:`rank_hits` orders ties by
+    docid, as Anserini does.
+    """
     searcher = ImpactSearcher(index)
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:
-        for qids, texts in queries:
-            results = searcher.batch_search(texts, qids, k=k, threads=threads)
-            writer.write(_hits_table(qids, results, k))
+        for qids, vectors in queries:
+            results = searcher.batch_search(vectors, qids, k=k, threads=threads)
+            rounded = {q: [(d, float(round(s))) for d, s in hits] for q, hits in results.items()}
+            writer.write(_hits_table(qids, rounded, k))
             n += len(qids)
     searcher.close()
     return n

@@ -1,0 +1,451 @@
+"""Weighted fusion of BGE-M3's dense, lexical (sparse) and multi-vector scores, every one exact.
+
+The candidates of a query are either the union of two runs' passages (for instance the dense
+and the sparse run) or the top of the dense run. For each ``(qid, docid)`` candidate every
+component score is computed exactly from the stored representations, never taken from a run
+(where a candidate found by one retriever has no score from the other):
+
+* dense: the inner product of the stored query and passage vectors (float64);
+* sparse: the float dot product of the lexical weights (BGE-M3's lexical matching score);
+* multivec: from a callable ``(pairs) -> scores`` (the ColBERT scorer).
+
+A component score that cannot be computed (no vector for a passage, say) is an error, never
+0. The fused score is ``sum(w_i * s_i)`` over the components named in the weights. Query ids
+and passage ids live in separate lookups, so a qid equal to a docid is never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import schemas
+from .dense import iter_vector_batches, rank_table
+from .errors import InputError, MiraclEvalError
+from .runs import read_run, write_run
+from .sparse import iter_sparse_batches
+
+log = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+COMPONENT_NAMES = ("dense", "sparse", "multivec")
+PAIRS = pa.schema([("qid", pa.string()), ("docid", pa.string())])
+# Component scores of the candidates; a component that was not computed is null.
+COMPONENTS = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("docid", pa.string()),
+        ("dense", pa.float64()),
+        ("sparse", pa.float64()),
+        ("multivec", pa.float64()),
+    ]
+)
+SCORE_CHUNK = 16_384
+
+
+class MissingComponentError(MiraclEvalError):
+    """A component score needed for fusion is missing (no representation, null or NaN)."""
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _run(run: pa.Table | PathLike) -> pa.Table:
+    return run if isinstance(run, pa.Table) else read_run(run)
+
+
+def _first_order(table: pa.Table) -> pa.Table:
+    """Unique ``(qid, docid)`` of ``table`` (with column ``pos``) in first-appearance order,
+    queries in order of their first appearance."""
+    pairs = table.group_by(["qid", "docid"], use_threads=False).aggregate([("pos", "min")])
+    firsts = table.group_by("qid", use_threads=False).aggregate([("pos", "min")]).rename_columns(["qid", "qfirst"])
+    pairs = pairs.join(firsts, "qid", use_threads=False)
+    order = pc.sort_indices(pairs, sort_keys=[("qfirst", "ascending"), ("pos_min", "ascending")])
+    return pairs.take(order).select(["qid", "docid"]).cast(PAIRS)
+
+
+def candidate_union(run_a: pa.Table | PathLike, run_b: pa.Table | PathLike) -> pa.Table:
+    """Per query, the union of the passages of two runs (a ``PAIRS`` table).
+
+    Queries come in order of first appearance (``run_a`` first); within a query, ``run_a``'s
+    passages in its order, then ``run_b``'s passages that ``run_a`` lacks. A query in only
+    one run keeps that run's passages.
+    """
+    a, b = _run(run_a), _run(run_b)
+    both = pa.concat_tables([a.select(["qid", "docid"]).cast(PAIRS), b.select(["qid", "docid"]).cast(PAIRS)])
+    both = both.append_column("pos", pa.array(np.arange(len(both), dtype=np.int64)))
+    return _first_order(both)
+
+
+def dense_candidates(run: pa.Table | PathLike, depth: int) -> pa.Table:
+    """Per query, the passages at ranks 1..``depth`` of a run (a ``PAIRS`` table)."""
+    table = _run(run)
+    table = table.filter(pc.less_equal(table.column("rank"), depth))
+    table = table.append_column("pos", pa.array(np.arange(len(table), dtype=np.int64)))
+    order = pc.sort_indices(
+        table.append_column("qfirst", _first_positions(table.column("qid"))),
+        sort_keys=[("qfirst", "ascending"), ("rank", "ascending"), ("pos", "ascending")],
+    )
+    return table.take(order).select(["qid", "docid"]).cast(PAIRS)
+
+
+def _first_positions(qids: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """For each row, the index of its qid among the qids in order of first appearance."""
+    return pc.index_in(qids, value_set=pc.unique(qids))
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def _rows(values: pa.Array | pa.ChunkedArray, index: pa.Array) -> np.ndarray:
+    """Row of each value in ``index`` (unique ids); -1 where absent."""
+    rows = pc.index_in(values, value_set=index)
+    return pc.fill_null(rows, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _check_unique(ids: pa.Array, source: object) -> None:
+    if len(pc.unique(ids)) != len(ids):
+        counts = pc.value_counts(ids)
+        dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"]
+        raise InputError(str(source), f"id {dup} occurs more than once")
+
+
+def _needed(needed: Iterable[str] | pa.Array | pa.ChunkedArray | None) -> pa.Array | None:
+    if needed is None:
+        return None
+    if isinstance(needed, pa.ChunkedArray):
+        needed = needed.combine_chunks()
+    if not isinstance(needed, pa.Array):
+        needed = pa.array(list(needed), pa.string())
+    return pc.unique(needed)
+
+
+class VectorLookup:
+    """Dense vectors by id, in their stored precision (float16 or float32)."""
+
+    def __init__(self, ids: pa.Array | Sequence[str], vectors: np.ndarray, source: object = "vectors") -> None:
+        self.ids = ids if isinstance(ids, pa.Array) else pa.array(list(ids), pa.string())
+        if len(self.ids) != len(vectors):
+            raise ValueError(f"{len(self.ids)} ids for {len(vectors)} vectors")
+        _check_unique(self.ids, source)
+        self.vectors = vectors
+
+    @classmethod
+    def from_parquet(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        needed: Iterable[str] | pa.Array | None = None,
+        key: str | None = None,
+    ) -> VectorLookup:
+        """Stream the vector shards, keeping only the ids in ``needed`` (all when ``None``)."""
+        wanted = _needed(needed)
+        ids: list[pa.Array] = []
+        mats: list[np.ndarray] = []
+        dim = None
+        for batch_ids, vecs in iter_vector_batches(paths, key=key, dtype=None):
+            dim = vecs.shape[1]
+            if wanted is not None:
+                keep = pc.is_in(batch_ids, value_set=wanted).to_numpy(zero_copy_only=False)
+                batch_ids, vecs = batch_ids.filter(pa.array(keep)), vecs[keep]
+            if len(batch_ids):
+                ids.append(batch_ids)
+                mats.append(vecs)
+        all_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+        mat = np.concatenate(mats) if mats else np.zeros((0, dim or 0), dtype=np.float32)
+        return cls(all_ids, mat, source=paths)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return _rows(ids, self.ids)
+
+
+class SparseLookup:
+    """Lexical weights by id in CSR form: row ``i`` is ``tokens[indptr[i]:indptr[i+1]]``."""
+
+    def __init__(
+        self, ids: pa.Array, indptr: np.ndarray, tokens: np.ndarray, weights: np.ndarray, source: object = "weights"
+    ) -> None:
+        _check_unique(ids, source)
+        self.ids = ids
+        self.indptr = np.asarray(indptr, dtype=np.int64)
+        self.tokens = np.asarray(tokens, dtype=np.int32)
+        self.weights = np.asarray(weights, dtype=np.float32)
+        if (
+            len(self.indptr) != len(ids) + 1
+            or self.indptr[-1] != len(self.tokens)
+            or len(self.tokens) != len(self.weights)
+        ):
+            raise ValueError("inconsistent CSR arrays")
+        if len(self.tokens) and self.tokens.min() < 0:
+            raise ValueError("token ids must be non-negative")
+        self.vocab = int(self.tokens.max()) + 1 if len(self.tokens) else 0
+
+    @classmethod
+    def from_dicts(cls, vectors: Mapping[str, Mapping[int, float]]) -> SparseLookup:
+        ids = pa.array(list(vectors), pa.string())
+        lengths = [len(v) for v in vectors.values()]
+        tokens = np.array([t for v in vectors.values() for t in v], dtype=np.int64)
+        weights = np.array([w for v in vectors.values() for w in v.values()], dtype=np.float32)
+        return cls(ids, np.r_[0, np.cumsum(lengths)], tokens, weights)
+
+    @classmethod
+    def from_parquet(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        needed: Iterable[str] | pa.Array | None = None,
+        key: str | None = None,
+    ) -> SparseLookup:
+        """Stream the lexical weight shards, keeping only the ids in ``needed`` (all when ``None``)."""
+        wanted = _needed(needed)
+        ids: list[pa.Array] = []
+        lengths: list[np.ndarray] = []
+        tokens: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        for batch in iter_sparse_batches(paths, key=key):
+            lens = np.diff(batch.indptr)
+            if wanted is None:
+                keep = np.arange(len(batch))
+            else:
+                keep = np.flatnonzero(pc.is_in(batch.ids, value_set=wanted).to_numpy(zero_copy_only=False))
+            if not len(keep):
+                continue
+            klens = lens[keep]
+            flat = np.repeat(batch.indptr[keep] - np.r_[0, np.cumsum(klens)[:-1]], klens) + np.arange(klens.sum())
+            ids.append(batch.ids.take(pa.array(keep)))
+            lengths.append(klens)
+            tokens.append(batch.tokens[flat])
+            weights.append(batch.weights[flat])
+        if not ids:
+            return cls(pa.array([], pa.string()), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+        indptr = np.r_[0, np.cumsum(np.concatenate(lengths))]
+        return cls(pa.concat_arrays(ids), indptr, np.concatenate(tokens), np.concatenate(weights), source=paths)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return _rows(ids, self.ids)
+
+    def row(self, i: int) -> dict[int, float]:
+        lo, hi = self.indptr[i], self.indptr[i + 1]
+        return dict(zip(self.tokens[lo:hi].tolist(), self.weights[lo:hi].tolist(), strict=True))
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def _pairs(pairs: pa.Table) -> pa.Table:
+    missing = [c for c in PAIRS.names if c not in pairs.column_names]
+    if missing:
+        raise ValueError(f"candidate pairs need columns qid and docid (missing {', '.join(missing)})")
+    return pairs
+
+
+def _lookup_rows(component: str, what: str, ids: pa.ChunkedArray, lookup: VectorLookup | SparseLookup) -> np.ndarray:
+    rows = lookup.rows(ids)
+    absent = np.flatnonzero(rows < 0)
+    if len(absent):
+        example = ids[int(absent[0])].as_py()
+        n = len(pc.unique(ids.take(pa.array(absent))))
+        raise MissingComponentError(f"{component}: no {what} for {n} {what}-id(s), e.g. {example!r}")
+    return rows
+
+
+def dense_scores(
+    pairs: pa.Table, query_vectors: VectorLookup, passage_vectors: VectorLookup, chunk: int = SCORE_CHUNK
+) -> np.ndarray:
+    """Exact inner products (float64) of the stored query and passage vectors of each pair."""
+    pairs = _pairs(pairs)
+    if query_vectors.vectors.shape[1] != passage_vectors.vectors.shape[1] and len(pairs):
+        raise MiraclEvalError(
+            f"dense: query vectors have dimension {query_vectors.vectors.shape[1]}, "
+            f"passage vectors {passage_vectors.vectors.shape[1]}"
+        )
+    qrows = _lookup_rows("dense", "query", pairs.column("qid"), query_vectors)
+    prows = _lookup_rows("dense", "passage", pairs.column("docid"), passage_vectors)
+    out = np.empty(len(pairs), dtype=np.float64)
+    for lo in range(0, len(pairs), chunk):
+        q = query_vectors.vectors[qrows[lo : lo + chunk]].astype(np.float64)
+        p = passage_vectors.vectors[prows[lo : lo + chunk]].astype(np.float64)
+        out[lo : lo + chunk] = np.einsum("ij,ij->i", q, p)
+    return out
+
+
+def sparse_scores(pairs: pa.Table, query_weights: SparseLookup, passage_weights: SparseLookup) -> np.ndarray:
+    """Exact float dot products (float64) of the query and passage lexical weights of each pair.
+
+    A passage stored with no weights scores 0; a passage (or query) that is not stored at
+    all is a :class:`MissingComponentError`. Works query by query: the query's weights are
+    scattered into a dense vocabulary-sized vector, and the candidates' tokens gather from it.
+    """
+    pairs = _pairs(pairs)
+    qrows = _lookup_rows("sparse", "query", pairs.column("qid"), query_weights)
+    prows = _lookup_rows("sparse", "passage", pairs.column("docid"), passage_weights)
+    out = np.zeros(len(pairs), dtype=np.float64)
+    if not len(pairs):
+        return out
+    qdense = np.zeros(max(query_weights.vocab, passage_weights.vocab), dtype=np.float64)
+    plens = np.diff(passage_weights.indptr)
+    order = np.argsort(qrows, kind="stable")
+    sorted_q = qrows[order]
+    bounds = np.r_[0, np.flatnonzero(np.diff(sorted_q)) + 1, len(order)]
+    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+        qr = sorted_q[s]
+        lo, hi = query_weights.indptr[qr], query_weights.indptr[qr + 1]
+        if lo == hi:
+            continue  # a query without weights scores 0 everywhere
+        qtok = query_weights.tokens[lo:hi]
+        qdense[qtok] = query_weights.weights[lo:hi]
+        idx = order[s:e]
+        pr = prows[idx]
+        lens = plens[pr]
+        flat = np.repeat(passage_weights.indptr[pr] - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(lens.sum())
+        prod = qdense[passage_weights.tokens[flat]] * passage_weights.weights[flat].astype(np.float64)
+        out[idx] = np.bincount(np.repeat(np.arange(len(idx)), lens), weights=prod, minlength=len(idx))
+        qdense[qtok] = 0.0
+    return out
+
+
+def _checked(name: str, scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
+    arr = np.asarray(scores, dtype=np.float64)
+    if arr.shape != (n,):
+        raise MissingComponentError(f"{name}: {arr.shape} scores for {n} candidate pairs")
+    if not np.isfinite(arr).all():
+        raise MissingComponentError(f"{name}: {int((~np.isfinite(arr)).sum())} score(s) are NaN or infinite")
+    return arr
+
+
+def score_components(
+    pairs: pa.Table,
+    *,
+    query_vectors: VectorLookup | None = None,
+    passage_vectors: VectorLookup | None = None,
+    query_weights: SparseLookup | None = None,
+    passage_weights: SparseLookup | None = None,
+    multivec: Callable[[pa.Table], np.ndarray] | None = None,
+) -> pa.Table:
+    """The ``COMPONENTS`` table of ``pairs``: each component whose inputs are given, else null."""
+    pairs = _pairs(pairs).select(PAIRS.names).cast(PAIRS)
+    n = len(pairs)
+    cols: dict[str, pa.Array] = {}
+    if (query_vectors is None) != (passage_vectors is None):
+        raise ValueError("dense scores need both query_vectors and passage_vectors")
+    if (query_weights is None) != (passage_weights is None):
+        raise ValueError("sparse scores need both query_weights and passage_weights")
+    if query_vectors is not None and passage_vectors is not None:
+        cols["dense"] = pa.array(_checked("dense", dense_scores(pairs, query_vectors, passage_vectors), n))
+    if query_weights is not None and passage_weights is not None:
+        cols["sparse"] = pa.array(_checked("sparse", sparse_scores(pairs, query_weights, passage_weights), n))
+    if multivec is not None:
+        cols["multivec"] = pa.array(_checked("multivec", multivec(pairs), n))
+    return components_table(pairs, **cols)
+
+
+def components_table(pairs: pa.Table, **scores: np.ndarray | pa.Array | Sequence[float]) -> pa.Table:
+    """Assemble a ``COMPONENTS`` table from pairs and per-component score arrays (others null)."""
+    unknown = set(scores) - set(COMPONENT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown component(s) {', '.join(sorted(unknown))}; known: {', '.join(COMPONENT_NAMES)}")
+    n = len(pairs)
+    data = {"qid": pairs.column("qid"), "docid": pairs.column("docid")}
+    for name in COMPONENT_NAMES:
+        data[name] = pa.array(scores[name], pa.float64()) if name in scores else pa.nulls(n, pa.float64())
+        if len(data[name]) != n:
+            raise ValueError(f"{name}: {len(data[name])} scores for {n} pairs")
+    return pa.table(data, schema=COMPONENTS)
+
+
+# --------------------------------------------------------------------------- fusion
+
+
+def _check_weights(weights: Mapping[str, float]) -> None:
+    if not weights:
+        raise ValueError("fusion needs at least one component weight")
+    unknown = [k for k in weights if k not in COMPONENT_NAMES]
+    if unknown:
+        raise ValueError(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(COMPONENT_NAMES)}")
+    bad = [k for k, w in weights.items() if not np.isfinite(float(w))]
+    if bad:
+        raise ValueError(f"weight(s) of {', '.join(bad)} must be finite numbers")
+
+
+def fused_scores(components: pa.Table, weights: Mapping[str, float]) -> np.ndarray:
+    """``sum(w_i * s_i)`` per row, in the order of ``weights``; a missing score is an error."""
+    _check_weights(weights)
+    total = np.zeros(len(components), dtype=np.float64)
+    for name, w in weights.items():
+        if name not in components.column_names:
+            raise MissingComponentError(f"{name}: no such column in the component scores")
+        col = components.column(name)
+        if col.null_count:
+            raise MissingComponentError(f"{name}: {col.null_count} of {len(col)} candidate(s) have no {name} score")
+        values = col.to_numpy().astype(np.float64)
+        if not np.isfinite(values).all():
+            raise MissingComponentError(f"{name}: {int((~np.isfinite(values)).sum())} score(s) are NaN or infinite")
+        total = total + float(w) * values
+    return total
+
+
+def fuse(components: pa.Table, weights: Mapping[str, float], depth: int | None = None) -> pa.Table:
+    """A run table from component scores: score ``sum(w_i * s_i)``, ties by docid.
+
+    Every component named in ``weights`` (even with weight 0) must have a score for every
+    candidate. Queries keep the order of ``components``; ``depth`` keeps each query's top.
+    """
+    scores = fused_scores(components, weights)
+    pairs = components.select(["qid", "docid"])
+    counts = pairs.group_by(["qid", "docid"], use_threads=False).aggregate([([], "count_all")])
+    if len(counts) != len(pairs):
+        dup = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()[0]
+        raise MiraclEvalError(f"duplicate candidate ({dup['qid']!r}, {dup['docid']!r}) in the component scores")
+    qids = pc.unique(pairs.column("qid"))
+    qpos = pc.index_in(pairs.column("qid"), value_set=qids).to_numpy(zero_copy_only=False)
+    return rank_table(qids, qpos, pairs.column("docid").combine_chunks(), scores, depth=depth)
+
+
+def write_fusion(
+    components: pa.Table,
+    weights: Mapping[str, float],
+    run_parquet: PathLike,
+    run_trec: PathLike,
+    components_parquet: PathLike,
+    tag: str = "fusion",
+    depth: int | None = None,
+) -> pa.Table:
+    """Fuse and write the run (Parquet + TREC, score = the weighted sum) and the component scores.
+
+    The component Parquet records the weights in its schema metadata (``miracl_eval.weights``).
+    """
+    run = fuse(components, weights, depth=depth)
+    meta = {b"miracl_eval.weights": json.dumps({k: float(v) for k, v in weights.items()}).encode()}
+    schemas.write_table(components, components_parquet, COMPONENTS.with_metadata(meta))
+    write_run(run, run_parquet, run_trec, tag)
+    log.info("fused %d candidates with %s -> %s", len(components), dict(weights), run_parquet)
+    return run
+
+
+__all__ = [
+    "COMPONENTS",
+    "COMPONENT_NAMES",
+    "PAIRS",
+    "MissingComponentError",
+    "SparseLookup",
+    "VectorLookup",
+    "candidate_union",
+    "components_table",
+    "dense_candidates",
+    "dense_scores",
+    "fuse",
+    "fused_scores",
+    "score_components",
+    "sparse_scores",
+    "write_fusion",
+]
