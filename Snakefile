@@ -4,6 +4,7 @@ snakemake --cores 8 results/miracl_ndcg.tsv
 snakemake --cores 8 results/miracl_ndcg.tsv --configfile sample/miracl.yaml
 """
 
+import os
 import sys
 
 # The library lives beside this file: importable here whatever the working directory is and
@@ -23,6 +24,11 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/preprocess.smk"
 include: "rules/bm25.smk"
+include: "rules/model.smk"
+include: "rules/encode.smk"
+include: "rules/dense.smk"
+include: "rules/sparse.smk"
+include: "rules/fusion.smk"
 include: "rules/evaluate.smk"
 
 

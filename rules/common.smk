@@ -3,6 +3,7 @@
 from miracl_eval.config import fill_placeholders
 from miracl_eval.datasets import get_dataset
 from miracl_eval.metrics import MEASURES
+from miracl_eval.schemas import count_rows
 
 DATASET = get_dataset(config["dataset"])
 PARTS = list(config["languages"])
@@ -50,3 +51,66 @@ def corpus_parquet(wildcards):
 def bm25_index(wildcards):
     corpus = DATASET.corpus_of(wildcards.part)
     return f"resources/{wildcards.dataset}/indexes/{corpus}/bm25"
+
+
+# ---------------------------------------------------------------- BGE-M3 methods
+
+ENC = config["encoder"]
+DENSE_INDEX = config["dense_index"]
+MODEL = config["model"]
+TINY_MODEL = "resources/models/tiny-bge-m3"
+# GPU rules ask for a GPU unless the config pins the encoder to the CPU.
+GPU = 0 if ENC["device"] == "cpu" else 1
+FUSED = ["multivec", "dense+sparse", "all"]
+FUSION_WEIGHTS = {
+    "multivec": ["multivec"],
+    "dense+sparse": ["dense", "sparse"],
+    "all": ["dense", "sparse", "multivec"],
+}
+
+
+def model_input(wildcards):
+    """The checkpoint folder as an input when it is local (so a rebuilt model re-runs encoding)."""
+    if MODEL == TINY_MODEL or os.path.isdir(MODEL):
+        return MODEL
+    return []
+
+
+def corpus_shards(kind):
+    """The encoded shards of a corpus: their number follows from the preprocessed corpus's size."""
+
+    def shards(wildcards):
+        corpus = getattr(wildcards, "corpus", None) or DATASET.corpus_of(wildcards.part)
+        parquet = checkpoints.preprocess_corpus.get(
+            dataset=wildcards.dataset, corpus=corpus
+        ).output[0]
+        n = max(1, -(-count_rows(parquet) // ENC["shard_size"]))
+        return [
+            f"resources/{wildcards.dataset}/encoded/{corpus}/{kind}/{i:05d}.parquet"
+            for i in range(n)
+        ]
+
+    return shards
+
+
+def query_chunks(wildcards):
+    """The rerank chunk files of a partition (config `query_chunk` queries each)."""
+    queries = checkpoints.preprocess_topics.get(
+        dataset=wildcards.dataset, part=wildcards.part
+    ).output.queries
+    n = max(1, -(-count_rows(queries) // config["query_chunk"]))
+    return [
+        f"resources/{wildcards.dataset}/scores/{wildcards.part}/rerank/{i:04d}.parquet"
+        for i in range(n)
+    ]
+
+
+def part_corpus(path):
+    """An input function for a per-corpus file, seen from a partition's job."""
+    return lambda wc: path.format(dataset=wc.dataset, corpus=DATASET.corpus_of(wc.part))
+
+
+def fusion_components(wildcards):
+    if wildcards.method == "dense+sparse":
+        return [f"resources/{wildcards.dataset}/scores/{wildcards.part}/union.parquet"]
+    return query_chunks(wildcards)

@@ -1,7 +1,7 @@
 # Raw files to Parquet: corpus (title appended to each passage), queries, qrels.
 
 
-rule preprocess_corpus:
+checkpoint preprocess_corpus:
     input:
         corpus_source,
     output:
@@ -19,7 +19,7 @@ rule preprocess_corpus:
         "../scripts/preprocess_corpus.py"
 
 
-rule preprocess_topics:
+checkpoint preprocess_topics:
     input:
         topics=topics_source,
         qrels=qrels_source,

@@ -1,0 +1,176 @@
+"""Component scores of candidate lists: the inputs of multi-vector rerank and fusion.
+
+Two candidate lists per query, as FlagEmbedding's MIRACL scripts use them:
+
+* ``union``: the union of the dense and sparse top-``hits`` lists (for ``dense+sparse``);
+* ``rerank``: the dense top-``rerank_depth`` (for ``multivec`` and ``all``).
+
+Every candidate gets every component computed exactly: dense from the stored vectors, sparse
+from the stored lexical weights (unquantized), multi-vector by encoding the candidate passages
+(token-level states are never stored). Query chunks make the rerank of 156k MessIRve queries a
+set of independent jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import schemas
+from .fusion import (
+    COMPONENTS,
+    PAIRS,
+    SparseLookup,
+    VectorLookup,
+    candidate_union,
+    dense_candidates,
+    score_components,
+    write_fusion,
+)
+
+log = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+
+def query_chunk_ids(queries: PathLike, chunk: int, index: int) -> list[str]:
+    """The qids of chunk ``index`` (``chunk`` queries each, in file order)."""
+    qids = schemas.read_table(queries, schemas.QUERIES).column("qid").to_pylist()
+    return qids[index * chunk : (index + 1) * chunk]
+
+
+def num_query_chunks(queries: PathLike, chunk: int) -> int:
+    return max(1, -(-schemas.count_rows(queries) // chunk))
+
+
+def _passage_texts(corpus: PathLike, needed: pa.Array) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
+        keep = pc.is_in(batch.column("docid"), value_set=needed)
+        if pc.any(keep).as_py():
+            sub = batch.filter(keep)
+            texts.update(zip(sub.column("docid").to_pylist(), sub.column("contents").to_pylist(), strict=True))
+    return texts
+
+
+def score_candidates(
+    pairs: pa.Table,
+    query_dense: PathLike,
+    query_sparse: PathLike,
+    passage_dense: Sequence[PathLike],
+    passage_sparse: Sequence[PathLike],
+    multivec: dict | None = None,
+) -> pa.Table:
+    """Exact dense and sparse scores (and multi-vector ones when ``multivec`` is given) of ``pairs``.
+
+    ``multivec``: ``{"model", "queries", "corpus", "query_max_length", "passage_max_length",
+    "batch_size", "device", "dtype"}``; the candidate passages are read from the corpus Parquet
+    and encoded, each once.
+    """
+    qids = pc.unique(pairs.column("qid"))
+    docids = pc.unique(pairs.column("docid"))
+    scorer = None
+    if multivec is not None:
+        from .encoding import M3Encoder, multivec_scores
+
+        model = M3Encoder.load(
+            multivec["model"], device=multivec["device"], dtype=multivec["dtype"], need_sparse=False, need_colbert=True
+        )
+        queries = schemas.read_table(multivec["queries"], schemas.QUERIES)
+        keep = pc.is_in(queries.column("qid"), value_set=qids)
+        queries = queries.filter(keep)
+        position = {q: i for i, q in enumerate(queries.column("qid").to_pylist())}
+        passages = _passage_texts(multivec["corpus"], docids)
+
+        def scorer(table: pa.Table) -> np.ndarray:
+            wanted = [
+                (position[q], d)
+                for q, d in zip(table.column("qid").to_pylist(), table.column("docid").to_pylist(), strict=True)
+            ]
+            return multivec_scores(
+                model,
+                queries.column("query").to_pylist(),
+                passages,
+                wanted,
+                multivec["query_max_length"],
+                multivec["passage_max_length"],
+                multivec["batch_size"],
+            )
+
+    return score_components(
+        pairs,
+        query_vectors=VectorLookup.from_parquet(query_dense, needed=qids, key="qid"),
+        passage_vectors=VectorLookup.from_parquet(list(passage_dense), needed=docids, key="docid"),
+        query_weights=SparseLookup.from_parquet(query_sparse, needed=qids, key="qid"),
+        passage_weights=SparseLookup.from_parquet(list(passage_sparse), needed=docids, key="docid"),
+        multivec=scorer,
+    )
+
+
+def union_components_stage(
+    dense_run: PathLike,
+    sparse_run: PathLike,
+    query_dense: PathLike,
+    query_sparse: PathLike,
+    passage_dense: Sequence[PathLike],
+    passage_sparse: Sequence[PathLike],
+    output: PathLike,
+) -> int:
+    """Stage: component scores of the union of the dense and sparse lists. Returns #pairs."""
+    pairs = candidate_union(dense_run, sparse_run)
+    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse)
+    schemas.write_table(table, output, COMPONENTS)
+    return len(table)
+
+
+def rerank_components_stage(
+    dense_run: PathLike,
+    depth: int,
+    chunk: int,
+    chunk_index: int,
+    query_dense: PathLike,
+    query_sparse: PathLike,
+    passage_dense: Sequence[PathLike],
+    passage_sparse: Sequence[PathLike],
+    output: PathLike,
+    **multivec: object,
+) -> int:
+    """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``."""
+    qids = query_chunk_ids(multivec["queries"], chunk, chunk_index)  # type: ignore[arg-type]
+    pairs = dense_candidates(dense_run, depth)
+    pairs = pairs.filter(pc.is_in(pairs.column("qid"), value_set=pa.array(qids, pa.string())))
+    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=dict(multivec))
+    schemas.write_table(table, output, COMPONENTS)
+    return len(table)
+
+
+def fuse_stage(
+    components: Sequence[PathLike],
+    weights: dict[str, float],
+    run_parquet: PathLike,
+    run_trec: PathLike,
+    components_out: PathLike,
+    tag: str,
+    depth: int | None,
+) -> int:
+    """Stage: weighted sum of component scores (one or several chunk files) to a run."""
+    tables = [schemas.read_table(p, COMPONENTS) for p in components]
+    table = pa.concat_tables(tables) if tables else COMPONENTS.empty_table()
+    write_fusion(table, weights, run_parquet, run_trec, components_out, tag=tag, depth=depth)
+    return len(table)
+
+
+__all__ = [
+    "PAIRS",
+    "fuse_stage",
+    "num_query_chunks",
+    "query_chunk_ids",
+    "rerank_components_stage",
+    "score_candidates",
+    "union_components_stage",
+]

@@ -1,0 +1,20 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.rerank import fuse_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: fuse_stage(
+        list(sm.input),
+        dict(sm.params.weights),
+        sm.output.run,
+        sm.output.trec,
+        sm.output.components,
+        tag=sm.wildcards.method,
+        depth=sm.params.depth,
+    ),
+)

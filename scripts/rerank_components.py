@@ -1,0 +1,31 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.rerank import rerank_components_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+i, p = sm.input, sm.params
+run_stage(
+    sm,
+    lambda: rerank_components_stage(
+        i.dense_run,
+        p.depth,
+        p.chunk_size,
+        int(sm.wildcards.chunk),
+        i.query_dense,
+        i.query_sparse,
+        list(i.passage_dense),
+        list(i.passage_sparse),
+        sm.output[0],
+        model=p.model,
+        queries=i.queries,
+        corpus=i.corpus,
+        query_max_length=p.query_max_length,
+        passage_max_length=p.passage_max_length,
+        batch_size=p.batch_size,
+        device=p.device,
+        dtype=p.dtype,
+    ),
+)

@@ -1,0 +1,21 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.rerank import union_components_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+i = sm.input
+run_stage(
+    sm,
+    lambda: union_components_stage(
+        i.dense_run,
+        i.sparse_run,
+        i.query_dense,
+        i.query_sparse,
+        list(i.passage_dense),
+        list(i.passage_sparse),
+        sm.output[0],
+    ),
+)
