@@ -8,19 +8,19 @@ rule dense_index:
     output:
         index="resources/{dataset}/indexes/{corpus}/dense.faiss",
         docids="resources/{dataset}/indexes/{corpus}/dense.docids.parquet",
+    log:
+        "logs/{dataset}/dense_index/{corpus}.log",
+    conda:
+        "../envs/encode.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=32000,
     params:
         index_type=DENSE_INDEX["type"],
         hnsw_m=DENSE_INDEX["hnsw_m"],
         ivf_lists=DENSE_INDEX["ivf_lists"],
         pq_m=DENSE_INDEX["pq_m"],
         use_gpu=DENSE_INDEX["gpu"],
-    log:
-        "logs/{dataset}/dense_index/{corpus}.log",
-    threads: config["threads"]
-    resources:
-        mem_mb=32000,
-    conda:
-        "../envs/encode.yaml"
     script:
         "../scripts/dense_index.py"
 
@@ -33,18 +33,18 @@ rule dense_search:
     output:
         run="runs/{dataset}/{part}/dense.parquet",
         trec="runs/{dataset}/{part}/dense.trec",
+    log:
+        "logs/{dataset}/dense_search/{part}.log",
+    conda:
+        "../envs/encode.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=GPU if DENSE_INDEX["gpu"] else 0,
+        mem_mb=32000,
     params:
         hits=config["hits"],
         use_gpu=DENSE_INDEX["gpu"],
         nprobe=DENSE_INDEX["nprobe"],
         ef_search=DENSE_INDEX["hnsw_ef_search"],
-    log:
-        "logs/{dataset}/dense_search/{part}.log",
-    threads: config["threads"]
-    resources:
-        gpu=GPU if DENSE_INDEX["gpu"] else 0,
-        mem_mb=32000,
-    conda:
-        "../envs/encode.yaml"
     script:
         "../scripts/dense_search.py"

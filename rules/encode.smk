@@ -1,4 +1,4 @@
-# BGE-M3 encoding: dense vectors and lexical weights, one job per corpus shard (GPU), and the
+# Encoding with BGE-M3 (dense vectors and lexical weights): one job per corpus shard (GPU), and the
 # queries of each partition. Multi-vector states are never stored (see rules/fusion.smk).
 
 
@@ -9,6 +9,14 @@ rule encode_corpus_shard:
     output:
         dense="resources/{dataset}/encoded/{corpus}/dense/{shard}.parquet",
         sparse="resources/{dataset}/encoded/{corpus}/sparse/{shard}.parquet",
+    log:
+        "logs/{dataset}/encode_corpus/{corpus}/{shard}.log",
+    conda:
+        "../envs/encode.yaml"
+    threads: 2
+    resources:
+        gpu=GPU,
+        mem_mb=16000,
     params:
         model=MODEL,
         shard_size=ENC["shard_size"],
@@ -17,14 +25,6 @@ rule encode_corpus_shard:
         device=ENC["device"],
         dtype=ENC["dtype"],
         dense_dtype=ENC["dense_dtype"],
-    log:
-        "logs/{dataset}/encode_corpus/{corpus}/{shard}.log",
-    threads: 2
-    resources:
-        gpu=GPU,
-        mem_mb=16000,
-    conda:
-        "../envs/encode.yaml"
     script:
         "../scripts/encode_corpus_shard.py"
 
@@ -36,19 +36,19 @@ rule encode_queries:
     output:
         dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
         sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
+    log:
+        "logs/{dataset}/encode_queries/{part}.log",
+    conda:
+        "../envs/encode.yaml"
+    threads: 2
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
     params:
         model=MODEL,
         max_length=ENC["query_max_length"],
         batch_size=ENC["batch_size"],
         device=ENC["device"],
         dtype=ENC["dtype"],
-    log:
-        "logs/{dataset}/encode_queries/{part}.log",
-    threads: 2
-    resources:
-        gpu=GPU,
-        mem_mb=8000,
-    conda:
-        "../envs/encode.yaml"
     script:
         "../scripts/encode_queries.py"
