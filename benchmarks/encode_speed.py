@@ -1,0 +1,275 @@
+"""Encoding speed and memory: miracl_eval.encoding vs FlagEmbedding's BGEM3FlagModel (not a test).
+
+1. Throughput: passages/s and peak RSS of ``M3Encoder.encode`` and ``BGEM3FlagModel.encode`` on
+   the same random checkpoint, texts, batch size, max length and dtype (dense + sparse, like a
+   corpus encoding run), each measured in its own subprocess, rounds alternating between the two
+   so that machine load affects both alike; prints medians and the ratio ours / FlagEmbedding.
+2. Streaming: peak RSS of ``encode_corpus_shard`` over one shard of N synthetic passages, for
+   each N given (default 10k and 100k), and the ratio largest / smallest (target < 1.2).
+
+    python benchmarks/encode_speed.py                         # CPU, tiny model
+    python benchmarks/encode_speed.py --config small --n 1000
+    python benchmarks/encode_speed.py --device cuda --config large --n 20000 --batch-size 256 --max-length 512
+
+``--config large`` builds a random XLM-R-large-size model (hidden 1024, 24 layers, vocab 250002)
+with no download, for GPU timing. Peak RSS comes from ``os.wait4``'s rusage of each child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CONFIGS = {
+    "tiny": dict(vocab_size=2000, hidden=32, layers=2, heads=2, intermediate=64, max_position=520),
+    "small": dict(vocab_size=8000, hidden=256, layers=4, heads=4, intermediate=1024, max_position=520),
+    "large": dict(
+        vocab_size=250002,
+        hidden=1024,
+        layers=24,
+        heads=16,
+        intermediate=4096,
+        max_position=8194,
+        initializer_range=0.02,
+        bias_sample=16,
+    ),
+}
+
+
+def sample_texts() -> list[str]:
+    from miracl_eval.tiny_model import texts_from_corpora
+
+    corpora = sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl"))
+    return list(texts_from_corpora([*corpora, REPO / "sample" / "messirve" / "corpus.jsonl"]))
+
+
+def synthetic(base: list[str], i: int) -> str:
+    """Passage ``i``: one to four sample passages glued together (lengths vary, like a corpus)."""
+    k = 1 + (i * 7919) % 4
+    return f"{i} " + " ".join(base[(i * 31 + j * 97) % len(base)] for j in range(k))
+
+
+# ---------------------------------------------------------------------------------------------
+# children
+
+
+def child_encode(args: argparse.Namespace) -> dict:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = sample_texts()
+    texts = [synthetic(base, i) for i in range(args.n)]
+    warm = texts[: args.batch_size]
+    if args.impl == "ours":
+        from miracl_eval.encoding import M3Encoder
+
+        model = M3Encoder.load(args.model, device=args.device, dtype=args.dtype, need_colbert=False)
+
+        def run(batch: list[str]) -> None:
+            model.encode(batch, max_length=args.max_length, batch_size=args.batch_size, dense=True, sparse=True)
+    else:
+        from FlagEmbedding import BGEM3FlagModel
+
+        model = BGEM3FlagModel(
+            args.model,
+            use_fp16=args.dtype == "float16",
+            use_bf16=args.dtype == "bfloat16",
+            devices=args.device,
+            batch_size=args.batch_size,
+            passage_max_length=args.max_length,
+        )
+
+        def run(batch: list[str]) -> None:
+            model.encode(
+                batch,
+                batch_size=args.batch_size,
+                max_length=args.max_length,
+                return_dense=True,
+                return_sparse=True,
+                return_colbert_vecs=False,
+            )
+
+    run(warm)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    run(texts)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    out = {"seconds": seconds, "passages_per_s": len(texts) / seconds}
+    if args.device.startswith("cuda"):
+        out["gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def child_stream(args: argparse.Namespace) -> dict:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from miracl_eval.encoding import M3Encoder, encode_corpus_shard
+
+    model = M3Encoder.load(args.model, device=args.device, dtype=args.dtype, need_colbert=False)
+    if args.n == 0:  # baseline: load only
+        return {"rows": 0}
+    out = Path(args.out)
+    stats = encode_corpus_shard(
+        args.corpus, 0, args.n, out / "dense.parquet", out / "sparse.parquet", model, args.max_length, args.batch_size
+    )
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------
+# parent
+
+
+def run_child(argv: list[str]) -> tuple[dict, float]:
+    """Run this script as a child; return its JSON result and its peak RSS (MiB)."""
+    proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout = proc.stdout.read()
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"child {argv} failed ({proc.returncode}):\n{stderr.decode(errors='replace')[-4000:]}")
+    return json.loads(stdout.decode().strip().splitlines()[-1]), usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def build_model(config: str, folder: Path) -> str:
+    from miracl_eval.tiny_model import build_tiny_checkpoint
+
+    started = time.perf_counter()
+    build_tiny_checkpoint(folder, sample_texts(), **CONFIGS[config])
+    print(f"built the random '{config}' checkpoint in {time.perf_counter() - started:.1f} s: {folder}")
+    return str(folder)
+
+
+def write_corpus(path: Path, n: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from miracl_eval import schemas
+
+    base = sample_texts()
+    with pq.ParquetWriter(path, schemas.CORPUS, compression="zstd") as writer:
+        for start in range(0, n, 10_000):
+            rows = range(start, min(n, start + 10_000))
+            texts = [synthetic(base, i) for i in rows]
+            writer.write_table(
+                pa.table(
+                    {"docid": [f"doc{i}" for i in rows], "title": [""] * len(texts), "text": texts, "contents": texts},
+                    schema=schemas.CORPUS,
+                )
+            )
+
+
+def common(args: argparse.Namespace, model: str) -> list[str]:
+    out = ["--model", model, "--device", args.device, "--dtype", args.dtype]
+    out += ["--batch-size", str(args.batch_size), "--max-length", str(args.max_length)]
+    return out + (["--threads", str(args.threads)] if args.threads else [])
+
+
+def compare(args: argparse.Namespace, model: str) -> None:
+    print(
+        f"\n== throughput: {args.n} passages, batch {args.batch_size}, max_length {args.max_length}, "
+        f"{args.device}/{args.dtype}, threads {args.threads or 'default'}, {args.rounds} round(s) =="
+    )
+    results: dict[str, list[tuple[dict, float]]] = {"ours": [], "flag": []}
+    for r in range(args.rounds):
+        for impl in ("ours", "flag") if r % 2 == 0 else ("flag", "ours"):
+            res, rss = run_child(["--child", "encode", "--impl", impl, "--n", str(args.n), *common(args, model)])
+            results[impl].append((res, rss))
+            extra = f", GPU peak {res['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in res else ""
+            print(f"  round {r + 1} {impl:4s}: {res['passages_per_s']:9.1f} passages/s, peak RSS {rss:7.0f} MiB{extra}")
+    med = {k: statistics.median(x[0]["passages_per_s"] for x in v) for k, v in results.items()}
+    rss = {k: max(x[1] for x in v) for k, v in results.items()}
+    print(f"  miracl_eval.encoding : {med['ours']:9.1f} passages/s (median), peak RSS {rss['ours']:.0f} MiB")
+    print(f"  FlagEmbedding        : {med['flag']:9.1f} passages/s (median), peak RSS {rss['flag']:.0f} MiB")
+    paired = statistics.median(
+        o[0]["passages_per_s"] / f[0]["passages_per_s"] for o, f in zip(results["ours"], results["flag"], strict=True)
+    )
+    print(f"  throughput ratio ours/FlagEmbedding: {med['ours'] / med['flag']:.2f}x of the medians")
+    print(f"  throughput ratio ours/FlagEmbedding: {paired:.2f}x median of the per-round ratios (robust to load drift)")
+    print(f"  peak RSS ratio ours/FlagEmbedding:   {rss['ours'] / rss['flag']:.2f}")
+
+
+def streaming(args: argparse.Namespace, model: str, work: Path) -> None:
+    sizes = sorted(args.stream_n)
+    print(
+        f"\n== streaming: encode_corpus_shard peak RSS, one shard of N passages "
+        f"(batch {args.batch_size}, max_length {args.stream_max_length}) =="
+    )
+    stream_args = common(args, model)
+    stream_args[stream_args.index("--max-length") + 1] = str(args.stream_max_length)
+    _, base_rss = run_child(["--child", "stream", "--n", "0", *stream_args])
+    print(f"  model loaded, nothing encoded: peak RSS {base_rss:7.0f} MiB")
+    peaks = {}
+    for n in sizes:
+        corpus = work / f"corpus-{n}.parquet"
+        write_corpus(corpus, n)
+        out = work / f"out-{n}"
+        out.mkdir()
+        res, rss = run_child(
+            ["--child", "stream", "--n", str(n), "--corpus", str(corpus), "--out", str(out), *stream_args]
+        )
+        peaks[n] = rss
+        print(f"  N={n:>8}: peak RSS {rss:7.0f} MiB, {res['passages_per_s']:8.1f} passages/s, {res['seconds']:.1f} s")
+    if len(sizes) > 1:
+        ratio = peaks[sizes[-1]] / peaks[sizes[0]]
+        print(f"  peak RSS ratio N={sizes[-1]} / N={sizes[0]}: {ratio:.3f} (target < 1.2)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None, help="float32 (CPU default) | float16 (CUDA default) | bfloat16")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    parser.add_argument("--model", help="use this checkpoint instead of building a random one")
+    parser.add_argument("--n", type=int, default=2000, help="passages per throughput measurement")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads in the children (0: torch's default)")
+    parser.add_argument("--stream-n", type=int, nargs="*", default=[10_000, 100_000])
+    parser.add_argument("--stream-max-length", type=int, default=64)
+    parser.add_argument("--skip-compare", action="store_true")
+    parser.add_argument("--skip-stream", action="store_true")
+    # child mode
+    parser.add_argument("--child", choices=["encode", "stream"], help=argparse.SUPPRESS)
+    parser.add_argument("--impl", choices=["ours", "flag"], help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dtype is None:
+        args.dtype = "float16" if args.device.startswith("cuda") else "float32"
+
+    if args.child:
+        result = child_encode(args) if args.child == "encode" else child_stream(args)
+        print(json.dumps(result))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="encode-speed-") as tmp:
+        work = Path(tmp)
+        model = args.model or build_model(args.config, work / f"model-{args.config}")
+        if not args.skip_compare:
+            compare(args, model)
+        if not args.skip_stream and args.stream_n:
+            streaming(args, model, work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The tiny offline BGE-M3-layout checkpoint: deterministic, loadable, tokenizer round-trips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from miracl_eval.tiny_model import _train_tokenizer, build_tiny_checkpoint, main, texts_from_corpora
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl")) + [REPO / "sample" / "messirve" / "corpus.jsonl"]
+FILES = {
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "sparse_linear.pt",
+    "colbert_linear.pt",
+}
+PROBES = [
+    "แม่น้ำเจ้าพระยายาวกี่กิโลเมตร",
+    "利根川の長さは何キロメートルですか？",
+    "长江是中国最长的河流",
+    "ما هو أطول نهر في العالم؟",
+    "ＡＢＣ ﬁne café  — x²",  # NFKC-sensitive: the normalizer must survive a reload
+    "Der Rhein fließt durch Köln. ¿Dónde está Ñandú?",
+    "",
+    "🙂 emoji and \t tabs\nnewlines",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """One intra-op thread: tiny matrices gain nothing from more, and OpenMP threads crawl on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return list(texts_from_corpora(CORPORA))
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, texts) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return build_tiny_checkpoint(root / "a", texts), build_tiny_checkpoint(root / "b", iter(texts))
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_texts_from_corpora(texts):
+    assert len(texts) == sum(1 for p in CORPORA for line in p.read_text(encoding="utf-8").splitlines() if line.strip())
+    first = json.loads(CORPORA[0].read_text(encoding="utf-8").splitlines()[0])
+    assert texts[0] == f"{first['title']} {first['text']}"
+
+
+def test_two_builds_are_byte_identical(builds):
+    a, b = builds
+    assert {p.name for p in a.iterdir()} == FILES
+    assert _digests(a) == _digests(b)
+    assert not [p for p in a.parent.iterdir() if p.name.startswith(".")]  # no temporary leftovers
+
+
+def test_a_different_seed_changes_the_weights(builds, texts, tmp_path):
+    other = build_tiny_checkpoint(tmp_path / "c", texts, seed=1)
+    da, dc = _digests(builds[0]), _digests(other)
+    assert da["tokenizer.json"] == dc["tokenizer.json"]
+    assert da["model.safetensors"] != dc["model.safetensors"]
+    assert da["sparse_linear.pt"] != dc["sparse_linear.pt"]
+
+
+def test_tokenizer_round_trip(builds, texts):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    folder = builds[0]
+    reloaded = AutoTokenizer.from_pretrained(folder)
+    fresh = _train_tokenizer(texts, 2000, model_max_length=518)
+    raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    saved = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    assert saved["truncation"] is None and saved["padding"] is None
+    assert saved["normalizer"]["type"] == "NFKC" and saved["model"]["type"] == "BPE"
+    probes = PROBES + texts[::7]
+    for text in probes:
+        ids = reloaded(text)["input_ids"]
+        assert ids == fresh(text)["input_ids"] == raw.encode(text).ids, text
+        assert ids[0] == 0 and ids[-1] == 2
+        assert 3 not in ids  # byte-level: nothing is unknown
+    assert reloaded("ＡＢＣ")["input_ids"] == reloaded("ABC")["input_ids"]  # NFKC kept
+    assert (reloaded.cls_token_id, reloaded.pad_token_id, reloaded.eos_token_id, reloaded.unk_token_id) == (0, 1, 2, 3)
+    assert reloaded.model_input_names == ["input_ids", "attention_mask"]
+    batch = reloaded(probes[:3], padding=True)
+    assert all(row[-1] in (1, 2) for row in batch["input_ids"])  # right padding with <pad>
+    long = reloaded(" ".join(texts[:20]), truncation=True, max_length=16)["input_ids"]
+    assert len(long) == 16 and long[0] == 0 and long[-1] == 2
+
+
+def test_checkpoint_loads_and_heads_behave(builds, texts):
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = builds[0]
+    model = AutoModel.from_pretrained(folder).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    cfg = model.config
+    assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size) == ("xlm-roberta", 32, 2, 2000)
+    assert len(tok) <= cfg.vocab_size
+    sparse = torch.load(folder / "sparse_linear.pt", weights_only=True)
+    colbert = torch.load(folder / "colbert_linear.pt", weights_only=True)
+    assert sparse["weight"].shape == (1, 32) and sparse["bias"].shape == (1,)
+    assert colbert["weight"].shape == (32, 32) and colbert["bias"].shape == (32,)
+
+    sample = texts[::5]
+    enc = tok(sample, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state
+    raw = hidden @ sparse["weight"][0] + sparse["bias"][0]
+    real = enc["attention_mask"].bool() & (enc["input_ids"] > 3)
+    share = float((raw[real] > 0).float().mean())
+    assert 0.25 < share < 0.6, share
+    dense = torch.nn.functional.normalize(hidden[:, 0], dim=-1)
+    cos = (dense @ dense.T)[~torch.eye(len(sample), dtype=torch.bool)]
+    assert float(cos.std()) > 0.05 and float(cos.min()) < 0.9  # vectors spread: scores do not tie
+    upper = (dense @ dense.T)[torch.triu(torch.ones(len(sample), len(sample), dtype=torch.bool), diagonal=1)]
+    assert len(np.unique(upper.numpy())) > 0.99 * len(upper)
+
+
+def test_cli(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main([str(out), "--corpus", str(CORPORA[0]), str(CORPORA[1]), "--hidden", "16", "--heads", "2"]) == 0
+    assert {p.name for p in out.iterdir()} == FILES
+    assert json.loads((out / "config.json").read_text())["hidden_size"] == 16
+    assert main([str(tmp_path / "bad"), "--corpus", str(tmp_path / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
