@@ -8,6 +8,8 @@ rule bm25_index:
         directory("resources/{dataset}/indexes/{corpus}/bm25"),
     log:
         "logs/{dataset}/bm25_index/{corpus}.log",
+    benchmark:
+        "stats/{dataset}/bm25_index/{corpus}.tsv"
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
@@ -30,6 +32,8 @@ rule bm25_search:
         trec="runs/{dataset}/{part}/bm25.trec",
     log:
         "logs/{dataset}/bm25_search/{part}.log",
+    benchmark:
+        "stats/{dataset}/bm25_search/{part}.tsv"
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]

@@ -6,6 +6,8 @@ rule download_corpus:
         directory("resources/{dataset}/downloads/corpus/{corpus}"),
     log:
         "logs/{dataset}/download_corpus/{corpus}.log",
+    benchmark:
+        "stats/{dataset}/download_corpus/{corpus}.tsv"
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -24,6 +26,8 @@ rule download_topics:
         qrels="resources/{dataset}/downloads/topics/{part}/qrels.tsv",
     log:
         "logs/{dataset}/download_topics/{part}.log",
+    benchmark:
+        "stats/{dataset}/download_topics/{part}.tsv"
     conda:
         "../envs/data.yaml"
     threads: 1

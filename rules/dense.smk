@@ -10,6 +10,8 @@ rule dense_index:
         docids="resources/{dataset}/indexes/{corpus}/dense.docids.parquet",
     log:
         "logs/{dataset}/dense_index/{corpus}.log",
+    benchmark:
+        "stats/{dataset}/dense_index/{corpus}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: config["threads"]
@@ -35,6 +37,8 @@ rule dense_search:
         trec="runs/{dataset}/{part}/dense.trec",
     log:
         "logs/{dataset}/dense_search/{part}.log",
+    benchmark:
+        "stats/{dataset}/dense_search/{part}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: config["threads"]

@@ -11,6 +11,8 @@ rule encode_corpus_shard:
         sparse="resources/{dataset}/encoded/{corpus}/sparse/{shard}.parquet",
     log:
         "logs/{dataset}/encode_corpus/{corpus}/{shard}.log",
+    benchmark:
+        "stats/{dataset}/encode_corpus/{corpus}/{shard}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 2
@@ -38,6 +40,8 @@ rule encode_queries:
         sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
     log:
         "logs/{dataset}/encode_queries/{part}.log",
+    benchmark:
+        "stats/{dataset}/encode_queries/{part}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 2

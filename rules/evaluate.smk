@@ -9,6 +9,8 @@ rule evaluate:
         "results/{dataset}/{part}/{method}.per_query.parquet",
     log:
         "logs/{dataset}/evaluate/{part}/{method}.log",
+    benchmark:
+        "stats/{dataset}/evaluate/{part}/{method}.tsv"
     conda:
         "../envs/eval.yaml"
     threads: 1
@@ -29,6 +31,8 @@ rule tables:
         **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
     log:
         "logs/{dataset}/tables.log",
+    benchmark:
+        "stats/{dataset}/tables.tsv"
     localrule: True
     conda:
         "../envs/eval.yaml"

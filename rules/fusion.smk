@@ -14,6 +14,8 @@ rule union_components:
         "resources/{dataset}/scores/{part}/union.parquet",
     log:
         "logs/{dataset}/union_components/{part}.log",
+    benchmark:
+        "stats/{dataset}/union_components/{part}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 1
@@ -37,6 +39,8 @@ rule rerank_components:
         "resources/{dataset}/scores/{part}/rerank/{chunk}.parquet",
     log:
         "logs/{dataset}/rerank_components/{part}/{chunk}.log",
+    benchmark:
+        "stats/{dataset}/rerank_components/{part}/{chunk}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 2
@@ -65,6 +69,8 @@ rule fuse:
         components="runs/{dataset}/{part}/{method}.components.parquet",
     log:
         "logs/{dataset}/fuse/{part}/{method}.log",
+    benchmark:
+        "stats/{dataset}/fuse/{part}/{method}.tsv"
     wildcard_constraints:
         method=_alternatives(FUSED),
     conda:

@@ -13,6 +13,8 @@ rule tiny_model:
         directory(TINY_MODEL),
     log:
         "logs/models/tiny-bge-m3.log",
+    benchmark:
+        "stats/models/tiny-bge-m3.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 1

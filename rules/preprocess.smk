@@ -8,6 +8,8 @@ checkpoint preprocess_corpus:
         "resources/{dataset}/corpus/{corpus}/corpus.parquet",
     log:
         "logs/{dataset}/preprocess_corpus/{corpus}.log",
+    benchmark:
+        "stats/{dataset}/preprocess_corpus/{corpus}.tsv"
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -28,6 +30,8 @@ checkpoint preprocess_topics:
         qrels="resources/{dataset}/topics/{part}/qrels.parquet",
     log:
         "logs/{dataset}/preprocess_topics/{part}.log",
+    benchmark:
+        "stats/{dataset}/preprocess_topics/{part}.tsv"
     conda:
         "../envs/data.yaml"
     threads: 1

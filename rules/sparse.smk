@@ -9,6 +9,8 @@ rule sparse_index:
         directory("resources/{dataset}/indexes/{corpus}/sparse"),
     log:
         "logs/{dataset}/sparse_index/{corpus}.log",
+    benchmark:
+        "stats/{dataset}/sparse_index/{corpus}.tsv"
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
@@ -30,6 +32,8 @@ rule sparse_search:
         trec="runs/{dataset}/{part}/sparse.trec",
     log:
         "logs/{dataset}/sparse_search/{part}.log",
+    benchmark:
+        "stats/{dataset}/sparse_search/{part}.tsv"
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
