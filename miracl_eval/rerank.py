@@ -112,17 +112,25 @@ def score_candidates(
     )
 
 
+def _chunk_pairs(pairs: pa.Table, queries: PathLike, chunk: int, chunk_index: int) -> pa.Table:
+    qids = pa.array(query_chunk_ids(queries, chunk, chunk_index), pa.string())
+    return pairs.filter(pc.is_in(pairs.column("qid"), value_set=qids))
+
+
 def union_components_stage(
     dense_run: PathLike,
     sparse_run: PathLike,
+    queries: PathLike,
+    chunk: int,
+    chunk_index: int,
     query_dense: PathLike,
     query_sparse: PathLike,
     passage_dense: Sequence[PathLike],
     passage_sparse: Sequence[PathLike],
     output: PathLike,
 ) -> int:
-    """Stage: component scores of the union of the dense and sparse lists. Returns #pairs."""
-    pairs = candidate_union(dense_run, sparse_run)
+    """Stage: component scores of one query chunk's union of the dense and sparse lists."""
+    pairs = _chunk_pairs(candidate_union(dense_run, sparse_run), queries, chunk, chunk_index)
     table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse)
     schemas.write_table(table, output, COMPONENTS)
     return len(table)
@@ -141,9 +149,7 @@ def rerank_components_stage(
     **multivec: object,
 ) -> int:
     """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``."""
-    qids = query_chunk_ids(multivec["queries"], chunk, chunk_index)  # type: ignore[arg-type]
-    pairs = dense_candidates(dense_run, depth)
-    pairs = pairs.filter(pc.is_in(pairs.column("qid"), value_set=pa.array(qids, pa.string())))
+    pairs = _chunk_pairs(dense_candidates(dense_run, depth), multivec["queries"], chunk, chunk_index)  # type: ignore[arg-type]
     table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=dict(multivec))
     schemas.write_table(table, output, COMPONENTS)
     return len(table)

@@ -93,16 +93,20 @@ def corpus_shards(kind):
     return shards
 
 
-def query_chunks(wildcards):
-    """The rerank chunk files of a partition (config `query_chunk` queries each)."""
-    queries = checkpoints.preprocess_topics.get(
-        dataset=wildcards.dataset, part=wildcards.part
-    ).output.queries
-    n = max(1, -(-count_rows(queries) // config["query_chunk"]))
-    return [
-        f"resources/{wildcards.dataset}/scores/{wildcards.part}/rerank/{i:04d}.parquet"
-        for i in range(n)
-    ]
+def query_chunks(kind):
+    """The component-score chunk files of a partition (config `query_chunk` queries each)."""
+
+    def chunks(wildcards):
+        queries = checkpoints.preprocess_topics.get(
+            dataset=wildcards.dataset, part=wildcards.part
+        ).output.queries
+        n = max(1, -(-count_rows(queries) // config["query_chunk"]))
+        return [
+            f"resources/{wildcards.dataset}/scores/{wildcards.part}/{kind}/{i:04d}.parquet"
+            for i in range(n)
+        ]
+
+    return chunks
 
 
 def part_corpus(path):
@@ -111,6 +115,5 @@ def part_corpus(path):
 
 
 def fusion_components(wildcards):
-    if wildcards.method == "dense+sparse":
-        return [f"resources/{wildcards.dataset}/scores/{wildcards.part}/union.parquet"]
-    return query_chunks(wildcards)
+    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
+    return query_chunks(kind)(wildcards)

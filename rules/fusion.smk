@@ -6,21 +6,24 @@ rule union_components:
     input:
         dense_run="runs/{dataset}/{part}/dense.parquet",
         sparse_run="runs/{dataset}/{part}/sparse.parquet",
+        queries="resources/{dataset}/topics/{part}/queries.parquet",
         query_dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
         query_sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
         passage_dense=corpus_shards("dense"),
         passage_sparse=corpus_shards("sparse"),
     output:
-        "resources/{dataset}/scores/{part}/union.parquet",
+        "resources/{dataset}/scores/{part}/union/{chunk}.parquet",
     log:
-        "logs/{dataset}/union_components/{part}.log",
+        "logs/{dataset}/union_components/{part}/{chunk}.log",
     benchmark:
-        "stats/{dataset}/union_components/{part}.tsv"
+        "stats/{dataset}/union_components/{part}/{chunk}.tsv"
     conda:
         "../envs/encode.yaml"
     threads: 1
     resources:
         mem_mb=16000,
+    params:
+        chunk_size=config["query_chunk"],
     script:
         "../scripts/union_components.py"
 

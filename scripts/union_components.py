@@ -12,6 +12,9 @@ run_stage(
     lambda: union_components_stage(
         i.dense_run,
         i.sparse_run,
+        i.queries,
+        sm.params.chunk_size,
+        int(sm.wildcards.chunk),
         i.query_dense,
         i.query_sparse,
         list(i.passage_dense),

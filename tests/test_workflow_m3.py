@@ -117,7 +117,7 @@ def test_encoder_max_length_reruns_encoding_and_downstream_only(m3_run: Path) ->
         "sparse_index": 2,
         "dense_search": 2,
         "sparse_search": 2,
-        "union_components": 2,
+        "union_components": 4,
         "rerank_components": 4,
         "fuse": 6,
         "evaluate": 10,  # every method but bm25
