@@ -24,14 +24,14 @@ MESSIRVE_COUNTRIES: tuple[str, ...] = (
 class HubFiles:
     """Where the Hugging Face hub keeps a dataset's files.
 
-    Templates take ``{part}`` (partition), ``{split}`` and, for corpora sharded into several
-    files, nothing else: the corpus files are those of ``corpus_repo`` whose path starts with
-    ``corpus_prefix`` and ends with ``corpus_suffix``.
+    Templates take ``{part}`` (partition) and ``{split}``. The corpus files are those of
+    ``corpus_repo`` whose path starts with ``corpus_prefix`` (which may use ``{part}``) and ends
+    with one of ``corpus_suffix``.
     """
 
     corpus_repo: str
     corpus_prefix: str
-    corpus_suffix: str
+    corpus_suffix: tuple[str, ...]
     topics_repo: str
     topics_file: str
     qrels_file: str
@@ -74,7 +74,7 @@ MIRACL = Dataset(
     hub=HubFiles(
         corpus_repo="miracl/miracl-corpus",
         corpus_prefix="miracl-corpus-v1.0-{part}/",
-        corpus_suffix=".jsonl.gz",
+        corpus_suffix=(".jsonl.gz",),
         topics_repo="miracl/miracl",
         topics_file="miracl-v1.0-{part}/topics/topics.miracl-v1.0-{part}-{split}.tsv",
         qrels_file="miracl-v1.0-{part}/qrels/qrels.miracl-v1.0-{part}-{split}.tsv",
@@ -91,7 +91,8 @@ MESSIRVE = Dataset(
     hub=HubFiles(
         corpus_repo="spanish-ir/eswiki_20240401_corpus",
         corpus_prefix="",
-        corpus_suffix=".parquet",
+        # the hub's data files (Parquet as converted by the hub, or the uploaded JSONL)
+        corpus_suffix=(".parquet", ".jsonl", ".jsonl.gz"),
         topics_repo="spanish-ir/messirve-trec",
         topics_file="topics.messirve-v0.1-{part}-{split}.tsv",
         qrels_file="qrels.messirve-v0.1-{part}-{split}.tsv",
