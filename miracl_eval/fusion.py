@@ -126,7 +126,20 @@ def _needed(needed: Iterable[str] | pa.Array | pa.ChunkedArray | None) -> pa.Arr
     return pc.unique(needed)
 
 
-class VectorLookup:
+class _IdLookup:
+    """Rows addressed by string id (``self.ids``)."""
+
+    ids: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Row positions of ``ids`` (each must be present)."""
+        return _rows(ids, self.ids)
+
+
+class VectorLookup(_IdLookup):
     """Dense vectors by id, in their stored precision (float16 or float32)."""
 
     def __init__(self, ids: pa.Array | Sequence[str], vectors: np.ndarray, source: object = "vectors") -> None:
@@ -160,14 +173,8 @@ class VectorLookup:
         mat = np.concatenate(mats) if mats else np.zeros((0, dim or 0), dtype=np.float32)
         return cls(all_ids, mat, source=paths)
 
-    def __len__(self) -> int:
-        return len(self.ids)
 
-    def rows(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        return _rows(ids, self.ids)
-
-
-class SparseLookup:
+class SparseLookup(_IdLookup):
     """Lexical weights by id in CSR form: row ``i`` is ``tokens[indptr[i]:indptr[i+1]]``."""
 
     def __init__(
@@ -227,12 +234,6 @@ class SparseLookup:
             return cls(pa.array([], pa.string()), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
         indptr = np.r_[0, np.cumsum(np.concatenate(lengths))]
         return cls(pa.concat_arrays(ids), indptr, np.concatenate(tokens), np.concatenate(weights), source=paths)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def rows(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        return _rows(ids, self.ids)
 
     def row(self, i: int) -> dict[int, float]:
         lo, hi = self.indptr[i], self.indptr[i + 1]
