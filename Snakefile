@@ -17,6 +17,9 @@ from miracl_eval.config import validate
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 config = validate(config)
 
 
@@ -30,6 +33,7 @@ include: "rules/dense.smk"
 include: "rules/sparse.smk"
 include: "rules/fusion.smk"
 include: "rules/evaluate.smk"
+include: "rules/report.smk"
 
 
 localrules:
@@ -44,3 +48,4 @@ rule all:
             dataset=DATASET.name,
             measure=MEASURE_KEYS,
         ),
+        REPORT_TARGETS,

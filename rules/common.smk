@@ -20,7 +20,7 @@ def _alternatives(values):
 wildcard_constraints:
     dataset=re.escape(DATASET.name),
     part=_alternatives(DATASET.partitions),
-    corpus=_alternatives(set(DATASET.corpora(list(DATASET.partitions)))),
+    corpus=_alternatives(sorted(set(DATASET.corpora(list(DATASET.partitions))))),
     method=_alternatives(["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]),
 
 

@@ -1,0 +1,313 @@
+# What Snakemake's report shows (`snakemake --report report.html` after a run): readable result
+# tables and bar charts, the published numbers side by side, paired significance and the top
+# per-query wins and losses, the fusion sensitivity view, the run's settings and every stage's
+# time and peak memory. All of it is built by the default target (rule all) and by `report_inputs`.
+
+from miracl_eval.metrics import MEASURES
+from miracl_eval.report import (
+    comparison_pairs,
+    measure_label,
+    plain_pattern,
+    report_inputs,
+    run_settings,
+    sensitivity_weights,
+)
+from miracl_eval.sensitivity import DEFAULT_WEIGHTS
+from miracl_eval.sensitivity import METHODS as SWEPT_METHODS
+
+MEASURE_NAMES = {m.key: m.name for m in MEASURES}
+REPORT_PAIRS = comparison_pairs(METHODS)
+SENSITIVITY_METHODS = [m for m in SWEPT_METHODS if m in METHODS]
+M3_METHODS = [m for m in METHODS if m != "bm25"]
+SIGNIFICANCE = {"n_permutations": 10000, "n_bootstrap": 10000, "seed": 20240601}
+PER_QUERY = expand(
+    "results/{{dataset}}/{part}/{method}.per_query.parquet", part=PARTS, method=METHODS
+)
+
+
+REPORT_TARGETS = report_inputs(DATASET.name, MEASURE_KEYS, METHODS) + [
+    f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")
+]
+
+
+rule report_results:
+    input:
+        table=report(
+            "results/{dataset}_{measure}.tsv",
+            caption="../report/results.rst",
+            category="Results",
+            subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
+        ),
+    output:
+        html=report(
+            "results/{dataset}_{measure}.html",
+            caption="../report/results.rst",
+            category="Results",
+            subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
+        ),
+        chart=report(
+            "results/{dataset}_{measure}.svg",
+            caption="../report/results.rst",
+            category="Results",
+            subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
+        ),
+    log:
+        "logs/{dataset}/report_results/{measure}.log",
+    benchmark:
+        "stats/{dataset}/report_results/{measure}.tsv"
+    wildcard_constraints:
+        measure=_alternatives(MEASURE_KEYS),
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measure=lambda wc: MEASURE_NAMES[wc.measure],
+        label=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
+        dataset=DATASET.name,
+        split=config["split"],
+    script:
+        "../scripts/report_results.py"
+
+
+rule report_published:
+    input:
+        **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
+    output:
+        tsv=report(
+            "results/{dataset}_published.tsv",
+            caption="../report/published.rst",
+            category="Results vs published",
+        ),
+        html=report(
+            "results/{dataset}_published.html",
+            caption="../report/published.rst",
+            category="Results vs published",
+        ),
+    log:
+        "logs/{dataset}/report_published.log",
+    benchmark:
+        "stats/{dataset}/report_published.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measures=MEASURE_NAMES,
+        dataset=DATASET.name,
+        split=config["split"],
+        run_config=config,
+    script:
+        "../scripts/report_published.py"
+
+
+rule report_significance:
+    input:
+        PER_QUERY,
+    output:
+        tsv=report(
+            "results/{dataset}_significance.tsv",
+            caption="../report/significance.rst",
+            category="Significance",
+            subcategory="Paired tests",
+        ),
+        html=report(
+            "results/{dataset}_significance.html",
+            caption="../report/significance.rst",
+            category="Significance",
+            subcategory="Paired tests",
+        ),
+    log:
+        "logs/{dataset}/report_significance.log",
+    benchmark:
+        "stats/{dataset}/report_significance.tsv"
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        **SIGNIFICANCE,
+        methods=METHODS,
+        partitions=PARTS,
+        pairs=REPORT_PAIRS,
+        measures=[m.name for m in MEASURES],
+        mean_row=DATASET.mean_column,
+        dataset=DATASET.name,
+    script:
+        "../scripts/report_significance.py"
+
+
+rule report_top_differences:
+    input:
+        per_query=PER_QUERY,
+        queries=expand(
+            "resources/{{dataset}}/topics/{part}/queries.parquet", part=PARTS
+        ),
+    output:
+        tsv=report(
+            "results/{dataset}_top_differences.tsv",
+            caption="../report/top_differences.rst",
+            category="Significance",
+            subcategory="Top wins and losses",
+        ),
+        html=report(
+            "results/{dataset}_top_differences.html",
+            caption="../report/top_differences.rst",
+            category="Significance",
+            subcategory="Top wins and losses",
+        ),
+    log:
+        "logs/{dataset}/report_top_differences.log",
+    benchmark:
+        "stats/{dataset}/report_top_differences.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        methods=METHODS,
+        partitions=PARTS,
+        pairs=REPORT_PAIRS,
+        n=5,
+        measure=MEASURES[0].name,
+        dataset=DATASET.name,
+    script:
+        "../scripts/report_top_differences.py"
+
+
+rule report_sensitivity:
+    input:
+        components=expand(
+            "runs/{{dataset}}/{part}/{method}.components.parquet",
+            part=PARTS,
+            method=SENSITIVITY_METHODS,
+        ),
+        qrels=expand("resources/{{dataset}}/topics/{part}/qrels.parquet", part=PARTS),
+    output:
+        tsv=report(
+            "results/{dataset}_sensitivity.tsv",
+            caption="../report/sensitivity.rst",
+            category="Sensitivity (fusion weight)",
+        ),
+        chart=report(
+            "results/{dataset}_sensitivity.svg",
+            caption="../report/sensitivity.rst",
+            category="Sensitivity (fusion weight)",
+        ),
+    log:
+        "logs/{dataset}/report_sensitivity.log",
+    benchmark:
+        "stats/{dataset}/report_sensitivity.tsv"
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        partitions=PARTS,
+        methods=SENSITIVITY_METHODS,
+        weights=sensitivity_weights(config["fusion"]["sparse"], DEFAULT_WEIGHTS),
+        fixed_weight=config["fusion"]["sparse"],
+        mean_panel=DATASET.mean_column,
+        dataset=DATASET.name,
+    script:
+        "../scripts/report_sensitivity.py"
+
+
+rule report_settings:
+    input:
+        expand("resources/{{dataset}}/corpus/{corpus}/corpus.parquet", corpus=CORPORA),
+    output:
+        tsv=report(
+            "results/{dataset}_settings.tsv",
+            caption="../report/settings.rst",
+            category="Run settings and costs",
+            subcategory="Settings",
+        ),
+        html=report(
+            "results/{dataset}_settings.html",
+            caption="../report/settings.rst",
+            category="Run settings and costs",
+            subcategory="Settings",
+        ),
+    log:
+        "logs/{dataset}/report_settings.log",
+    benchmark:
+        "stats/{dataset}/report_settings.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        settings=run_settings(
+            config, DATASET.name, DATASET.mean_column, REPORT_PAIRS, SIGNIFICANCE
+        ),
+        corpora=CORPORA,
+        shard_size=ENC["shard_size"] if M3_METHODS else None,
+        dataset=DATASET.name,
+    script:
+        "../scripts/report_settings.py"
+
+
+rule report_stage_costs:
+    input:
+        expand("results/{{dataset}}_{key}.tsv", key=MEASURE_KEYS),
+        report_inputs("{dataset}", MEASURE_KEYS, METHODS),
+    output:
+        tsv=report(
+            "results/{dataset}_stage_costs.tsv",
+            caption="../report/stage_costs.rst",
+            category="Run settings and costs",
+            subcategory="Stage costs",
+        ),
+        html=report(
+            "results/{dataset}_stage_costs.html",
+            caption="../report/stage_costs.rst",
+            category="Run settings and costs",
+            subcategory="Stage costs",
+        ),
+    log:
+        "logs/{dataset}/report_stage_costs.log",
+    benchmark:
+        "stats/{dataset}/report_stage_costs.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        stats_dir="stats",
+        # every rule's benchmark pattern (evaluated once all rule files are read)
+        patterns=lambda wc: {
+            r.name: plain_pattern(str(r.benchmark))
+            for r in workflow.rules
+            if r.benchmark
+        },
+        allowed={
+            "dataset": [DATASET.name],
+            "part": PARTS,
+            "corpus": CORPORA,
+            "method": METHODS,
+        },
+        skip_rules=["report_stage_costs"]
+        + ([] if MODEL == TINY_MODEL and M3_METHODS else ["tiny_model"])
+        + (["download_corpus", "download_topics"] if SOURCE else []),
+        dataset=DATASET.name,
+    script:
+        "../scripts/report_stage_costs.py"
+
+
+rule report_inputs:
+    input:
+        REPORT_TARGETS,
+    localrule: True

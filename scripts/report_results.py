@@ -1,0 +1,14 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.report import results_views_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: results_views_stage(
+        sm.input.table, sm.params.measure, sm.params.dataset, sm.params.split, sm.output.html, sm.output.chart
+    ),
+)

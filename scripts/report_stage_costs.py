@@ -1,0 +1,20 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.report import stage_costs_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: stage_costs_stage(
+        sm.params.stats_dir,
+        sm.params.patterns,
+        sm.output.tsv,
+        sm.output.html,
+        allowed=sm.params.allowed,
+        skip_rules=sm.params.skip_rules,
+        dataset=sm.params.dataset,
+    ),
+)

@@ -1,0 +1,23 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.report import top_differences_stage  # noqa: E402
+from miracl_eval.stage import run_stage  # noqa: E402
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+run_stage(
+    sm,
+    lambda: top_differences_stage(
+        list(sm.input.per_query),
+        sm.params.methods,
+        sm.params.partitions,
+        list(sm.input.queries),
+        sm.params.pairs,
+        sm.output.tsv,
+        sm.output.html,
+        n=sm.params.n,
+        measure=sm.params.measure,
+        dataset=sm.params.dataset,
+    ),
+)
