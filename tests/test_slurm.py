@@ -152,7 +152,7 @@ def runs(
     (The GPU probe is requested only to start it first: all three runs overlap, which saves time.)
     """
     local, slurm = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("via_slurm")
-    cfg = sample_config(["sw", "yo"])
+    cfg = sample_config(["sw", "yo"], methods=["bm25"])
     target = "results/miracl_ndcg.tsv"
     memory_args: list[str] = []
     if (mem := cluster.real_memory_mb()) < 8000:  # a small machine: fit the rules' mem_mb (up to 8000) in

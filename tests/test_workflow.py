@@ -27,7 +27,7 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample with relative source paths, in a fresh working directory."""
     work = tmp_path_factory.mktemp("work")
     shutil.copytree(SAMPLE / "miracl", work / "data")
-    cfg = sample_config(LANGS, threads=1)
+    cfg = sample_config(LANGS, threads=1, methods=["bm25"])
     cfg["source"] = {
         "corpus": "data/{lang}/corpus.jsonl",
         "topics": "data/{lang}/topics.tsv",
