@@ -188,10 +188,12 @@ def test_workflow_jobs_go_through_sbatch(cluster: Cluster, runs: Runs) -> None:
 
     # Every job that Snakemake ran remotely was one of those SLURM jobs; only local rules ran in-process,
     # and together they are exactly the jobs of the local run.
-    remote = collections.Counter(re.findall(r"^rule (\w+):$", runs.slurm_log, re.M))
-    in_process = collections.Counter(re.findall(r"^localrule (\w+):$", runs.slurm_log, re.M))
+    remote = collections.Counter(re.findall(r"^(?:rule|checkpoint) (\w+):$", runs.slurm_log, re.M))
+    in_process = collections.Counter(re.findall(r"^local(?:rule|checkpoint) (\w+):$", runs.slurm_log, re.M))
     assert rules == remote
-    assert rules + in_process == collections.Counter(re.findall(r"^localrule (\w+):$", runs.local_log, re.M))
+    assert rules + in_process == collections.Counter(
+        re.findall(r"^local(?:rule|checkpoint) (\w+):$", runs.local_log, re.M)
+    )
     assert rules["bm25_index"] == rules["bm25_search"] == 2 and set(in_process) <= {"tables", "all"}
 
     lines = (runs.slurm / "results" / "miracl_ndcg.tsv").read_text().splitlines()
