@@ -92,7 +92,7 @@ def _job_blocks(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str]]
     """(rule, wildcards line) of each job of a dry run."""
     out = proc.stdout + proc.stderr
     blocks = re.findall(r"^(?:local)?(?:rule|checkpoint) (\S+):\n((?:    .*\n)+)", out, flags=re.M)
-    return [(rule, next((l for l in body.splitlines() if "wildcards:" in l), "")) for rule, body in blocks]
+    return [(rule, next((line for line in body.splitlines() if "wildcards:" in line), "")) for rule, body in blocks]
 
 
 def test_added_language_runs_only_its_jobs(m3_run: Path) -> None:
