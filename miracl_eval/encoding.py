@@ -529,9 +529,7 @@ def multivec_scores(
 
 def num_shards(corpus_parquet: str | os.PathLike[str], shard_size: int) -> int:
     """Number of shards of ``shard_size`` passages of a corpus Parquet file (from its metadata)."""
-    if shard_size < 1:
-        raise ValueError("shard_size must be positive")
-    return math.ceil(schemas.count_rows(corpus_parquet) / shard_size)
+    return schemas.num_chunks(corpus_parquet, shard_size)
 
 
 def _iter_rows(

@@ -44,10 +44,6 @@ def query_chunk_ids(queries: PathLike, chunk: int, index: int) -> list[str]:
     return qids[index * chunk : (index + 1) * chunk]
 
 
-def num_query_chunks(queries: PathLike, chunk: int) -> int:
-    return max(1, -(-schemas.count_rows(queries) // chunk))
-
-
 def _passage_texts(corpus: PathLike, needed: pa.Array) -> dict[str, str]:
     texts: dict[str, str] = {}
     for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
@@ -117,9 +113,8 @@ def _chunk_pairs(pairs: pa.Table, queries: PathLike, chunk: int, chunk_index: in
     return pairs.filter(pc.is_in(pairs.column("qid"), value_set=qids))
 
 
-def union_components_stage(
-    dense_run: PathLike,
-    sparse_run: PathLike,
+def _score_chunk(
+    pairs: pa.Table,
     queries: PathLike,
     chunk: int,
     chunk_index: int,
@@ -128,31 +123,46 @@ def union_components_stage(
     passage_dense: Sequence[PathLike],
     passage_sparse: Sequence[PathLike],
     output: PathLike,
+    multivec: dict | None = None,
 ) -> int:
-    """Stage: component scores of one query chunk's union of the dense and sparse lists."""
-    pairs = _chunk_pairs(candidate_union(dense_run, sparse_run), queries, chunk, chunk_index)
-    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse)
+    """Score one query chunk's candidate pairs and write the ``COMPONENTS`` Parquet; returns #pairs."""
+    pairs = _chunk_pairs(pairs, queries, chunk, chunk_index)
+    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=multivec)
     schemas.write_table(table, output, COMPONENTS)
     return len(table)
+
+
+def union_components_stage(
+    dense_run: PathLike,
+    sparse_run: PathLike,
+    queries: PathLike,
+    chunk: int,
+    chunk_index: int,
+    *scored: PathLike | Sequence[PathLike],
+) -> int:
+    """Stage: component scores of one query chunk's union of the dense and sparse lists.
+
+    ``scored``: query dense, query sparse, passage dense shards, passage sparse shards, output.
+    """
+    return _score_chunk(candidate_union(dense_run, sparse_run), queries, chunk, chunk_index, *scored)
 
 
 def rerank_components_stage(
     dense_run: PathLike,
     depth: int,
+    queries: PathLike,
     chunk: int,
     chunk_index: int,
-    query_dense: PathLike,
-    query_sparse: PathLike,
-    passage_dense: Sequence[PathLike],
-    passage_sparse: Sequence[PathLike],
-    output: PathLike,
-    **multivec: object,
+    *scored: PathLike | Sequence[PathLike],
+    **encoder: object,
 ) -> int:
-    """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``."""
-    pairs = _chunk_pairs(dense_candidates(dense_run, depth), multivec["queries"], chunk, chunk_index)  # type: ignore[arg-type]
-    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=dict(multivec))
-    schemas.write_table(table, output, COMPONENTS)
-    return len(table)
+    """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``.
+
+    ``scored`` as for :func:`union_components_stage`; ``encoder``: model, corpus, max lengths,
+    batch size, device and dtype (see :func:`score_candidates`).
+    """
+    multivec = {"queries": queries, **encoder}
+    return _score_chunk(dense_candidates(dense_run, depth), queries, chunk, chunk_index, *scored, multivec=multivec)
 
 
 def fuse_stage(
@@ -174,7 +184,6 @@ def fuse_stage(
 __all__ = [
     "PAIRS",
     "fuse_stage",
-    "num_query_chunks",
     "query_chunk_ids",
     "rerank_components_stage",
     "score_candidates",

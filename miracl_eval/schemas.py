@@ -138,3 +138,13 @@ def count_rows(path: str | os.PathLike[str]) -> int:
         return pq.ParquetFile(path).metadata.num_rows
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(path, f"cannot read Parquet file ({err})") from err
+
+
+def num_chunks(path: str | os.PathLike[str], size: int) -> int:
+    """Number of chunks of ``size`` rows of a Parquet file (0 for an empty file), from its metadata.
+
+    Encoding shards and query chunks of the workflow are counted with it.
+    """
+    if size < 1:
+        raise ValueError("the chunk size must be positive")
+    return -(-count_rows(path) // size)

@@ -3,7 +3,7 @@
 from miracl_eval.config import fill_placeholders
 from miracl_eval.datasets import get_dataset
 from miracl_eval.metrics import MEASURES
-from miracl_eval.schemas import count_rows
+from miracl_eval.schemas import num_chunks
 
 DATASET = get_dataset(config["dataset"])
 PARTS = list(config["languages"])
@@ -84,7 +84,7 @@ def corpus_shards(kind):
         parquet = checkpoints.preprocess_corpus.get(
             dataset=wildcards.dataset, corpus=corpus
         ).output[0]
-        n = max(1, -(-count_rows(parquet) // ENC["shard_size"]))
+        n = max(1, num_chunks(parquet, ENC["shard_size"]))
         return [
             f"resources/{wildcards.dataset}/encoded/{corpus}/{kind}/{i:05d}.parquet"
             for i in range(n)
@@ -100,7 +100,7 @@ def query_chunks(kind):
         queries = checkpoints.preprocess_topics.get(
             dataset=wildcards.dataset, part=wildcards.part
         ).output.queries
-        n = max(1, -(-count_rows(queries) // config["query_chunk"]))
+        n = max(1, num_chunks(queries, config["query_chunk"]))
         return [
             f"resources/{wildcards.dataset}/scores/{wildcards.part}/{kind}/{i:04d}.parquet"
             for i in range(n)

@@ -12,6 +12,7 @@ run_stage(
     lambda: rerank_components_stage(
         i.dense_run,
         p.depth,
+        i.queries,
         p.chunk_size,
         int(sm.wildcards.chunk),
         i.query_dense,
@@ -20,7 +21,6 @@ run_stage(
         list(i.passage_sparse),
         sm.output[0],
         model=p.model,
-        queries=i.queries,
         corpus=i.corpus,
         query_max_length=p.query_max_length,
         passage_max_length=p.passage_max_length,
