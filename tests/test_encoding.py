@@ -160,6 +160,61 @@ def test_result_order_does_not_depend_on_batching(enc):
     assert only_dense.sparse is None and only_dense.colbert is None
 
 
+@pytest.mark.parametrize(
+    "dtype,cos_min,score_tol,vec_tol", [("bfloat16", 0.98, 0.1, 0.2), ("float16", 0.999, 0.02, 0.05)]
+)
+def test_half_precision_path(ckpt, enc, dtype, cos_min, score_tol, vec_tol):
+    """The CUDA code path (whole model and heads in bf16/fp16) run on the CPU, against float32.
+
+    Outputs must stay float32 with unit dense rows (normalized after the upcast), and agree
+    with the float32 encoder (equal to FlagEmbedding) to half precision.
+    """
+    half = M3Encoder.load(str(ckpt), device="cpu", dtype=dtype)
+    want = getattr(torch, dtype)
+    assert half.dtype == want and half.model.dtype == want
+    assert half.sparse_linear is not None and half.sparse_linear.weight.dtype == want
+    texts = _passages(per_lang=3)
+    a = enc.encode(texts, max_length=96, batch_size=4, colbert=True)
+    b = half.encode(texts, max_length=96, batch_size=4, colbert=True)
+    assert a.dense is not None and b.dense is not None and b.dense.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(b.dense, axis=1), 1.0, atol=1e-6)
+    assert ((a.dense * b.dense).sum(axis=1) >= cos_min).all()
+    np.testing.assert_allclose(b.dense @ b.dense.T, a.dense @ a.dense.T, atol=score_tol)
+    assert a.sparse is not None and b.sparse is not None and a.colbert is not None and b.colbert is not None
+    for x, y in zip(a.sparse, b.sparse, strict=True):
+        shared = x.keys() & y.keys()
+        assert len(shared) >= 0.8 * len(x.keys() | y.keys())  # weights near 0 may flip sign
+        assert all(abs(x[k] - y[k]) <= vec_tol for k in shared)
+    for x, y in zip(a.colbert, b.colbert, strict=True):
+        assert y.dtype == np.float32 and y.shape == x.shape
+        np.testing.assert_allclose(y, x, atol=vec_tol)
+    queries = _queries(["en", "zh"])
+    docs = {f"d{i}": t for i, t in enumerate(texts)}
+    pairs = [(qi, f"d{pi}") for qi in range(len(queries)) for pi in range(len(texts)) if (qi + pi) % 4 == 0]
+    np.testing.assert_allclose(
+        multivec_scores(half, queries, docs, pairs, 32, 96, 4),
+        multivec_scores(enc, queries, docs, pairs, 32, 96, 4),
+        atol=score_tol,
+    )
+
+
+def test_device_and_dtype_resolution(monkeypatch):
+    cpu = torch.device("cpu")
+    assert encoding._resolve_dtype("auto", cpu) == torch.float32
+    assert encoding._resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16  # no GPU needed to decide
+    assert encoding._resolve_dtype("fp16", cpu) == torch.float16
+    with pytest.raises(Exception, match="unknown dtype 'int8'"):
+        encoding._resolve_dtype("int8", cpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert encoding._resolve_device("auto") == cpu
+    with pytest.raises(Exception, match="CUDA is not available"):
+        encoding._resolve_device("cuda")
+    with pytest.raises(Exception, match="unknown device 'tpu0'"):
+        encoding._resolve_device("tpu0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert encoding._resolve_device("auto") == torch.device("cuda")
+
+
 def test_tokenization_fast_path_and_fallback(enc, monkeypatch):
     texts = [*_queries(), *_passages(per_lang=2), "", "a <s> b </s> <pad>", "ＡＢＣ ﬁne"]
     ids, lengths = enc._tokenize(texts, 40)
