@@ -87,6 +87,13 @@ class _Batch:
     dense: torch.Tensor | None = None  # float32 [B, dim], normalized
     sparse: torch.Tensor | None = None  # float32 [B, L], relu(sparse_linear(h))
     colbert: torch.Tensor | None = None  # float32 [B, L - 1, colbert_dim], normalized, zero past each text's end
+    ready: Any = None  # a CUDA event marking the end of the copies started by M3Encoder._start_host_copy
+
+    def wait(self) -> None:
+        """Block until the batch's tensors have reached the host (no-op when they were computed there)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+            self.ready = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,8 +351,9 @@ class M3Encoder:
             blen = lengths[pos]
             width = int(blen.max())
             bids = np.ascontiguousarray(ids[pos, :width])
-            input_ids = torch.from_numpy(bids).to(self.device)
-            mask = (torch.arange(width)[None, :] < torch.from_numpy(blen)[:, None]).to(self.device, torch.long)
+            input_ids = self._to_device(torch.from_numpy(bids))
+            lengths_dev = self._to_device(torch.from_numpy(blen))
+            mask = (torch.arange(width, device=self.device)[None, :] < lengths_dev[:, None]).long()
             hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
             out = _Batch(positions=pos, input_ids=bids, lengths=blen)
             if dense:
@@ -359,9 +367,32 @@ class M3Encoder:
                 out.colbert = F.normalize(vecs, dim=-1)
             yield out
 
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the model's device; on CUDA through pinned memory, without waiting for the GPU."""
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _start_host_copy(self, batch: _Batch) -> None:
+        """Start copying a CUDA batch's outputs to (pinned) host memory; :meth:`_Batch.wait` ends it.
+
+        The copies queue behind the batch's kernels and the next batch's kernels queue behind
+        them, so the host can turn this batch into arrays while the GPU runs the next one.
+        """
+        if self.device.type != "cuda":
+            return
+        for name in ("dense", "sparse", "colbert"):
+            tensor = getattr(batch, name)
+            if tensor is not None:
+                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                setattr(batch, name, host.copy_(tensor, non_blocking=True))
+        batch.ready = torch.cuda.Event()
+        batch.ready.record()
+
     def _sparse_arrays(self, batch: _Batch) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per batch row: (token ids int32 ascending, weights float32 > 0), the max over repeated tokens."""
         assert batch.sparse is not None
+        batch.wait()
         weights = batch.sparse.cpu().numpy()
         ids = batch.input_ids
         n, width = ids.shape
@@ -382,6 +413,7 @@ class M3Encoder:
     @staticmethod
     def _colbert_arrays(batch: _Batch) -> list[np.ndarray]:
         assert batch.colbert is not None
+        batch.wait()
         vecs = batch.colbert.cpu().numpy()
         return [vecs[i, : int(n) - 1].copy() for i, n in enumerate(batch.lengths)]
 
@@ -391,12 +423,18 @@ class M3Encoder:
     def _encode_arrays(
         self, texts: Sequence[str], max_length: int, batch_size: int, dense: bool, sparse: bool, colbert: bool
     ) -> tuple[np.ndarray | None, list[tuple[np.ndarray, np.ndarray]] | None, list[np.ndarray] | None]:
-        """Encode ``texts`` (one tokenization pass; callers bound its size) into input-order arrays."""
+        """Encode ``texts`` (one tokenization pass; callers bound its size) into input-order arrays.
+
+        Each batch is stored one step late: its outputs are turned into arrays after the next
+        batch has been queued on the device, so that on a GPU the two overlap.
+        """
         n = len(texts)
         dense_out = np.zeros((n, self.dim), dtype=np.float32) if dense else None
         sparse_out: list[Any] | None = [None] * n if sparse else None
         colbert_out: list[Any] | None = [None] * n if colbert else None
-        for batch in self._iter_batches(texts, max_length, batch_size, dense, sparse, colbert):
+
+        def store(batch: _Batch) -> None:
+            batch.wait()
             if dense_out is not None:
                 assert batch.dense is not None
                 dense_out[batch.positions] = batch.dense.cpu().numpy()
@@ -406,6 +444,15 @@ class M3Encoder:
             if colbert_out is not None:
                 for p, item in zip(batch.positions, self._colbert_arrays(batch), strict=True):
                     colbert_out[p] = item
+
+        pending: _Batch | None = None
+        for batch in self._iter_batches(texts, max_length, batch_size, dense, sparse, colbert):
+            self._start_host_copy(batch)
+            if pending is not None:
+                store(pending)
+            pending = batch
+        if pending is not None:
+            store(pending)
         return dense_out, sparse_out, colbert_out
 
     def encode(
