@@ -1,0 +1,201 @@
+"""Correctness of the encoder's device code path, for a machine with a GPU (not a test: CI has none).
+
+Runs on ``--device`` (default ``cuda``) what the test suite can only run on the CPU, and compares
+it with independent references:
+
+1. float32 on the device (TF32 off) against FlagEmbedding's ``BGEM3FlagModel`` on the same device
+   and against our float32 encoder on the CPU: dense, lexical weights and multi-vector vectors;
+2. bfloat16 on the device (the pipeline's default there) against FlagEmbedding in bfloat16 on
+   the same device and against float32 on the CPU, to half precision;
+3. ``multivec_scores`` (the rerank stage) on the device against ColBERT scores computed on the CPU;
+4. ``encode_corpus_shard`` (the encode stage, streamed to Parquet) on the device against the CPU;
+5. Faiss on the GPU, when the installed Faiss has GPU support, against exact numpy top-k.
+
+Prints one ``PASS``/``FAIL``/``SKIP`` line per check and exits 1 if any failed. Without a GPU,
+``--device cpu`` runs the same checks on the CPU (a smoke test of the script).
+
+    python benchmarks/gpu_checks.py                # on a GPU machine
+    python benchmarks/gpu_checks.py --device cpu   # anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from miracl_eval import schemas  # noqa: E402
+from miracl_eval.encoding import M3Encoder, colbert_score, encode_corpus_shard, multivec_scores  # noqa: E402
+from miracl_eval.tiny_model import build_tiny_checkpoint, texts_from_corpora  # noqa: E402
+
+CORPORA = [*sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl")), REPO / "sample" / "messirve" / "corpus.jsonl"]
+FAILED: list[str] = []
+
+
+def check(name: str, fn: Callable[[], str]) -> None:
+    """Run one check: ``fn`` returns a detail line or raises (AssertionError: FAIL; ImportError: SKIP)."""
+    try:
+        detail = fn()
+    except ImportError as err:
+        print(f"SKIP {name}: {err}", flush=True)
+        return
+    except Exception as err:  # noqa: BLE001 - report every failure and go on
+        FAILED.append(name)
+        print(f"FAIL {name}: {type(err).__name__}: {err}", flush=True)
+        return
+    print(f"PASS {name}: {detail}", flush=True)
+
+
+def max_diff_sparse(a: list[dict], b: list[dict]) -> tuple[float, float]:
+    """(largest weight difference over shared tokens, share of (text, token) pairs in both) of two weight-map lists.
+
+    In half precision, weights near 0 can fall on either side of it: the share then drops below 1.
+    """
+    worst, shared, union = 0.0, 0, 0
+    for x, y in zip(a, b, strict=True):
+        x = {int(k): float(v) for k, v in x.items()}
+        y = {int(k): float(v) for k, v in y.items()}
+        both = x.keys() & y.keys()
+        shared += len(both)
+        union += len(x.keys() | y.keys())
+        worst = max([worst, *(abs(x[k] - y[k]) for k in both)])
+    return worst, shared / union if union else 1.0
+
+
+def compare(ours, dense, sparse, colbert, atol: float, min_share: float) -> str:
+    """Assert that an M3Output equals (dense, lexical weights, colbert vectors) to ``atol``."""
+    d = float(np.abs(ours.dense - dense).max())
+    w, share = max_diff_sparse(sparse, ours.sparse)
+    c = max(float(np.abs(x - y).max()) for x, y in zip(ours.colbert, colbert, strict=True))
+    assert d <= atol and w <= 4 * atol and c <= atol and share >= min_share, (
+        f"dense {d:.2e}, lexical {w:.2e} (shared {share:.2f}), colbert {c:.2e} over tolerance {atol}"
+    )
+    return f"max |diff| dense {d:.1e}, lexical {w:.1e} (tokens shared {share:.3f}), colbert {c:.1e}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 checks compare true float32
+    torch.backends.cudnn.allow_tf32 = False
+    dev = args.device
+    if dev.startswith("cuda"):
+        if not torch.cuda.is_available():
+            sys.exit("gpu_checks: CUDA is not available here; use --device cpu for a smoke run")
+        print(f"device: {torch.cuda.get_device_name()} (torch {torch.__version__})", flush=True)
+
+    texts = list(texts_from_corpora(CORPORA))
+    queries = [t[:60] for t in texts[::7]]
+    passages = texts[:120]
+    with tempfile.TemporaryDirectory(prefix="gpu-checks-") as tmp:
+        work = Path(tmp)
+        ckpt = str(build_tiny_checkpoint(work / "tiny", texts))
+        cpu = M3Encoder.load(ckpt, device="cpu", dtype="float32")
+        ref = cpu.encode(passages, max_length=128, batch_size=16, colbert=True)
+        f32 = M3Encoder.load(ckpt, device=dev, dtype="float32")
+        b16 = M3Encoder.load(ckpt, device=dev, dtype="bfloat16")
+
+        def flag_model(dtype: str):
+            from FlagEmbedding import BGEM3FlagModel
+
+            return BGEM3FlagModel(
+                ckpt, use_fp16=False, use_bf16=dtype == "bfloat16", devices=dev, batch_size=16, passage_max_length=128
+            )
+
+        def flag_encode(model):
+            out = model.encode(passages, batch_size=16, max_length=128, return_sparse=True, return_colbert_vecs=True)
+            return np.asarray(out["dense_vecs"], dtype=np.float32), out["lexical_weights"], out["colbert_vecs"]
+
+        ours32 = f32.encode(passages, max_length=128, batch_size=16, colbert=True)
+        check("float32 on the device = our float32 on the CPU", lambda: compare(ours32, *ref_parts(ref), 1e-4, 1.0))
+        check(
+            "float32 on the device = FlagEmbedding float32 on the device",
+            lambda: compare(ours32, *flag_encode(flag_model("float32")), 1e-4, 1.0),
+        )
+        ours16 = b16.encode(passages, max_length=128, batch_size=16, colbert=True)
+        check("bfloat16 on the device ~ float32 on the CPU", lambda: compare(ours16, *ref_parts(ref), 0.15, 0.95))
+        check(
+            "bfloat16 on the device ~ FlagEmbedding bfloat16 on the device",
+            lambda: compare(ours16, *flag_encode(flag_model("bfloat16")), 0.15, 0.95),
+        )
+
+        def rerank() -> str:
+            q = cpu.encode(queries, max_length=32, batch_size=16, sparse=False, colbert=True).colbert
+            assert q is not None and ref.colbert is not None
+            docs = {f"d{i}": t for i, t in enumerate(passages)}
+            pairs = [(qi, f"d{pi}") for qi in range(len(queries)) for pi in range(len(passages)) if (qi + pi) % 5 == 0]
+            want = np.array([colbert_score(q[qi], ref.colbert[int(d[1:])]) for qi, d in pairs])
+            got32 = multivec_scores(f32, queries, docs, pairs, 32, 128, 16)
+            got16 = multivec_scores(b16, queries, docs, pairs, 32, 128, 16)
+            e32, e16 = float(np.abs(got32 - want).max()), float(np.abs(got16 - want).max())
+            assert e32 <= 1e-4 and e16 <= 0.05, f"float32 {e32:.2e}, bfloat16 {e16:.2e}"
+            return f"{len(pairs)} pairs, max |diff| float32 {e32:.1e}, bfloat16 {e16:.1e}"
+
+        check("multivec_scores on the device = ColBERT scores on the CPU", rerank)
+
+        def shard() -> str:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            corpus = work / "corpus.parquet"
+            rows = {"docid": [f"p{i}" for i in range(len(texts))], "title": [""] * len(texts)}
+            table = pa.table({**rows, "text": texts, "contents": texts}, schema=schemas.CORPUS)
+            pq.write_table(table, corpus, row_group_size=100)
+            outs = {}
+            for name, model in (("cpu", cpu), ("dev", b16)):
+                folder = work / name
+                folder.mkdir()
+                stats = encode_corpus_shard(
+                    corpus, 1, 200, folder / "d.parquet", folder / "s.parquet", model, 128, 32, dense_dtype="float16"
+                )
+                outs[name] = pq.read_table(folder / "d.parquet")
+            assert outs["cpu"]["docid"].equals(outs["dev"]["docid"]), "docids differ"
+            a = np.array(outs["cpu"]["vector"].to_pylist(), dtype=np.float32)
+            b = np.array(outs["dev"]["vector"].to_pylist(), dtype=np.float32)
+            cos = float((a * b).sum(axis=1).min())
+            assert cos >= 0.98, f"lowest cosine {cos:.4f}"
+            return f"shard 1: {stats['rows']} rows, lowest cosine bfloat16 vs CPU {cos:.4f}"
+
+        check("encode_corpus_shard on the device ~ the CPU", shard)
+
+    def faiss_gpu() -> str:
+        from miracl_eval import dense
+
+        gpus = dense.num_gpus()
+        if not gpus:
+            raise ImportError("this Faiss has no GPU support (or sees no GPU)")
+        import faiss
+
+        rng = np.random.default_rng(0)
+        xb = rng.standard_normal((20000, 64)).astype(np.float32)
+        xq = rng.standard_normal((100, 64)).astype(np.float32)
+        index = faiss.IndexFlatIP(64)
+        index.add(xb)
+        _, got = faiss.index_cpu_to_all_gpus(index).search(xq, 100)
+        want = np.argsort(-(xq @ xb.T), axis=1, kind="stable")[:, :100]
+        agree = float(np.mean([len(set(g) & set(w)) / 100 for g, w in zip(got, want, strict=True)]))
+        assert agree >= 0.999, f"top-100 overlap {agree:.4f}"
+        return f"{gpus} GPU(s), top-100 overlap with exact numpy {agree:.4f}"
+
+    check("Faiss flat search on the GPU = exact numpy", faiss_gpu)
+    print(f"{'FAILED: ' + ', '.join(FAILED) if FAILED else 'all checks passed'}", flush=True)
+    sys.exit(1 if FAILED else 0)
+
+
+def ref_parts(ref):
+    return ref.dense, ref.sparse, ref.colbert
+
+
+if __name__ == "__main__":
+    main()
