@@ -299,7 +299,9 @@ def streaming(args: argparse.Namespace, model: str, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default) | float16 (CUDA default) | bfloat16")
+    parser.add_argument(
+        "--dtype", default=None, help="float32 (CPU default) | bfloat16 (CUDA default, as the pipeline) | float16"
+    )
     parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--model", help="use this checkpoint instead of building a random one")
     parser.add_argument("--n", type=int, default=2000, help="passages per throughput measurement")
@@ -324,7 +326,7 @@ def main() -> None:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dtype is None:
-        args.dtype = "float16" if args.device.startswith("cuda") else "float32"
+        args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
 
     if args.child:
         result = child_encode(args) if args.child == "encode" else child_stream(args)
