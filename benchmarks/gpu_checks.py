@@ -31,11 +31,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from miracl_eval import schemas  # noqa: E402
-from miracl_eval.encoding import M3Encoder, colbert_score, encode_corpus_shard, multivec_scores  # noqa: E402
-from miracl_eval.tiny_model import build_tiny_checkpoint, texts_from_corpora  # noqa: E402
+from encode_speed import sample_texts, write_corpus  # noqa: E402 - beside this script
 
-CORPORA = [*sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl")), REPO / "sample" / "messirve" / "corpus.jsonl"]
+from miracl_eval.dense import load_vectors  # noqa: E402
+from miracl_eval.encoding import M3Encoder, colbert_score, encode_corpus_shard, multivec_scores  # noqa: E402
+from miracl_eval.tiny_model import build_tiny_checkpoint  # noqa: E402
+
 FAILED: list[str] = []
 
 
@@ -95,7 +96,7 @@ def main() -> None:
             sys.exit("gpu_checks: CUDA is not available here; use --device cpu for a smoke run")
         print(f"device: {torch.cuda.get_device_name()} (torch {torch.__version__})", flush=True)
 
-    texts = list(texts_from_corpora(CORPORA))
+    texts = sample_texts()
     queries = [t[:60] for t in texts[::7]]
     passages = texts[:120]
     with tempfile.TemporaryDirectory(prefix="gpu-checks-") as tmp:
@@ -118,13 +119,19 @@ def main() -> None:
             return np.asarray(out["dense_vecs"], dtype=np.float32), out["lexical_weights"], out["colbert_vecs"]
 
         ours32 = f32.encode(passages, max_length=128, batch_size=16, colbert=True)
-        check("float32 on the device = our float32 on the CPU", lambda: compare(ours32, *ref_parts(ref), 1e-4, 1.0))
+        check(
+            "float32 on the device = our float32 on the CPU",
+            lambda: compare(ours32, ref.dense, ref.sparse, ref.colbert, 1e-4, 1.0),
+        )
         check(
             "float32 on the device = FlagEmbedding float32 on the device",
             lambda: compare(ours32, *flag_encode(flag_model("float32")), 1e-4, 1.0),
         )
         ours16 = b16.encode(passages, max_length=128, batch_size=16, colbert=True)
-        check("bfloat16 on the device ~ float32 on the CPU", lambda: compare(ours16, *ref_parts(ref), 0.15, 0.95))
+        check(
+            "bfloat16 on the device ~ float32 on the CPU",
+            lambda: compare(ours16, ref.dense, ref.sparse, ref.colbert, 0.15, 0.95),
+        )
         check(
             "bfloat16 on the device ~ FlagEmbedding bfloat16 on the device",
             lambda: compare(ours16, *flag_encode(flag_model("bfloat16")), 0.15, 0.95),
@@ -145,24 +152,18 @@ def main() -> None:
         check("multivec_scores on the device = ColBERT scores on the CPU", rerank)
 
         def shard() -> str:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
             corpus = work / "corpus.parquet"
-            rows = {"docid": [f"p{i}" for i in range(len(texts))], "title": [""] * len(texts)}
-            table = pa.table({**rows, "text": texts, "contents": texts}, schema=schemas.CORPUS)
-            pq.write_table(table, corpus, row_group_size=100)
-            outs = {}
+            write_corpus(corpus, 400)
+            vectors = {}
             for name, model in (("cpu", cpu), ("dev", b16)):
                 folder = work / name
                 folder.mkdir()
                 stats = encode_corpus_shard(
                     corpus, 1, 200, folder / "d.parquet", folder / "s.parquet", model, 128, 32, dense_dtype="float16"
                 )
-                outs[name] = pq.read_table(folder / "d.parquet")
-            assert outs["cpu"]["docid"].equals(outs["dev"]["docid"]), "docids differ"
-            a = np.array(outs["cpu"]["vector"].to_pylist(), dtype=np.float32)
-            b = np.array(outs["dev"]["vector"].to_pylist(), dtype=np.float32)
+                vectors[name] = load_vectors(folder / "d.parquet")
+            (ids_a, a), (ids_b, b) = vectors["cpu"], vectors["dev"]
+            assert ids_a == ids_b, "docids differ"
             cos = float((a * b).sum(axis=1).min())
             assert cos >= 0.98, f"lowest cosine {cos:.4f}"
             return f"shard 1: {stats['rows']} rows, lowest cosine bfloat16 vs CPU {cos:.4f}"
@@ -191,10 +192,6 @@ def main() -> None:
     check("Faiss flat search on the GPU = exact numpy", faiss_gpu)
     print(f"{'FAILED: ' + ', '.join(FAILED) if FAILED else 'all checks passed'}", flush=True)
     sys.exit(1 if FAILED else 0)
-
-
-def ref_parts(ref):
-    return ref.dense, ref.sparse, ref.colbert
 
 
 if __name__ == "__main__":

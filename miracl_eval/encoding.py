@@ -392,7 +392,6 @@ class M3Encoder:
     def _sparse_arrays(self, batch: _Batch) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per batch row: (token ids int32 ascending, weights float32 > 0), the max over repeated tokens."""
         assert batch.sparse is not None
-        batch.wait()
         weights = batch.sparse.cpu().numpy()
         ids = batch.input_ids
         n, width = ids.shape
@@ -413,7 +412,6 @@ class M3Encoder:
     @staticmethod
     def _colbert_arrays(batch: _Batch) -> list[np.ndarray]:
         assert batch.colbert is not None
-        batch.wait()
         vecs = batch.colbert.cpu().numpy()
         return [vecs[i, : int(n) - 1].copy() for i, n in enumerate(batch.lengths)]
 
