@@ -67,10 +67,7 @@ class Analysis:
 @cache
 def jvm_segments_thai() -> bool:
     """Whether the running JVM has dictionary-based Thai word breaking (needed by ThaiAnalyzer)."""
-    from .java import ensure_jvm
-
-    ensure_jvm()
-    from pyserini.pyclass import autoclass
+    from .lucene import autoclass
 
     locale = autoclass("java.util.Locale")("th")
     it = autoclass("java.text.BreakIterator").getWordInstance(locale)
@@ -80,7 +77,7 @@ def jvm_segments_thai() -> bool:
 
 @cache
 def _thai_stopwords() -> frozenset[str]:
-    from pyserini.pyclass import autoclass
+    from .lucene import autoclass
 
     stop = autoclass("org.apache.lucene.analysis.th.ThaiAnalyzer").getDefaultStopSet()
     words = set()

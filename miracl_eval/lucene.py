@@ -18,7 +18,8 @@ from typing import Any
 Hits = dict[str, list[tuple[str, float]]]
 
 
-def _autoclass(name: str) -> Any:
+def autoclass(name: str) -> Any:
+    """The Java class ``name``, from a JVM started by :func:`miracl_eval.java.ensure_jvm` (never pyserini's default)."""
     from .java import ensure_jvm
 
     ensure_jvm()
@@ -35,7 +36,7 @@ def _hits(results: Any) -> Hits:
 
 
 def _java_list(values: Sequence[Any]) -> Any:
-    jlist = _autoclass("java.util.ArrayList")()
+    jlist = autoclass("java.util.ArrayList")()
     for v in values:
         jlist.add(v)
     return jlist
@@ -45,7 +46,7 @@ class BM25Searcher:
     """Anserini ``SimpleSearcher`` with BM25, as pyserini's ``LuceneSearcher``."""
 
     def __init__(self, index: str | os.PathLike[str], k1: float = 0.9, b: float = 0.4) -> None:
-        self._searcher = _autoclass("io.anserini.search.SimpleSearcher")(str(index))
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index))
         self._searcher.set_bm25(float(k1), float(b))
 
     def set_language(self, language: str) -> None:
@@ -66,11 +67,11 @@ class ImpactSearcher:
     """Anserini ``SimpleImpactSearcher``: the score is the dot product of integer term weights."""
 
     def __init__(self, index: str | os.PathLike[str]) -> None:
-        self._searcher = _autoclass("io.anserini.search.SimpleImpactSearcher")(str(index))
+        self._searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(index))
 
     def batch_search(self, queries: Sequence[Mapping[str, int]], qids: Sequence[str], k: int, threads: int = 1) -> Hits:
-        jmap = _autoclass("java.util.HashMap")
-        jint = _autoclass("java.lang.Integer")
+        jmap = autoclass("java.util.HashMap")
+        jint = autoclass("java.lang.Integer")
         jqueries = []
         for query in queries:
             weights = jmap()
@@ -85,14 +86,14 @@ class ImpactSearcher:
 
 
 def whitespace_analyzer() -> Any:
-    return _autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
+    return autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
 
 
 def count_documents(index: str | os.PathLike[str]) -> int:
     """Number of documents in a Lucene index."""
-    paths = _autoclass("java.nio.file.Paths")
-    directory = _autoclass("org.apache.lucene.store.FSDirectory").open(paths.get(str(index)))
-    reader = _autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    paths = autoclass("java.nio.file.Paths")
+    directory = autoclass("org.apache.lucene.store.FSDirectory").open(paths.get(str(index)))
+    reader = autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
     try:
         return int(reader.numDocs())
     finally:
