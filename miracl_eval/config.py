@@ -25,6 +25,11 @@ def schema() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+def method_names() -> tuple[str, ...]:
+    """Every method the config's ``methods`` list takes, in the schema's order."""
+    return tuple(schema()["properties"]["methods"]["items"]["enum"])
+
+
 def _fill_defaults(value: dict[str, Any], node: Mapping[str, Any]) -> None:
     for key, prop in node.get("properties", {}).items():
         if key not in value and "default" in prop:

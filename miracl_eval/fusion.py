@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 COMPONENT_NAMES = ("dense", "sparse", "multivec")
+#: the components each fused method adds up, with the weights the config's ``fusion`` gives them
+FUSED_COMPONENTS: Mapping[str, tuple[str, ...]] = {
+    "multivec": ("multivec",),
+    "dense+sparse": ("dense", "sparse"),
+    "all": ("dense", "sparse", "multivec"),
+}
 PAIRS = pa.schema([("qid", pa.string()), ("docid", pa.string())])
 # Component scores of the candidates; a component that was not computed is null.
 COMPONENTS = pa.schema(
@@ -436,6 +442,7 @@ def write_fusion(
 __all__ = [
     "COMPONENTS",
     "COMPONENT_NAMES",
+    "FUSED_COMPONENTS",
     "PAIRS",
     "MissingComponentError",
     "SparseLookup",

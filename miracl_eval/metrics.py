@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import ir_measures
 import pyarrow as pa
@@ -19,6 +20,8 @@ import pyarrow as pa
 from . import schemas
 from .atomic import write_text_atomic
 from .errors import InputError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,42 +90,47 @@ def _evaluate_chunk(
             yield metric.query_id, by_name[str(metric.measure)], float(metric.value)
 
 
+def iter_query_values(
+    queries: Iterable[tuple[str, dict[str, float]]],
+    qrels: Mapping[str, dict[str, int]],
+    measures: Sequence[Measure] = MEASURES,
+    chunk: int = EVAL_CHUNK,
+) -> Iterator[tuple[str, str, float]]:
+    """``(qid, measure name, value)`` of a run given as ``(qid, {docid: score})`` per query.
+
+    Queries without judgements are ignored (as trec_eval does); they are evaluated ``chunk`` at
+    a time, then every query of ``qrels`` absent from the run gets 0 for every measure
+    (``trec_eval -c``).
+    """
+    seen: set[str] = set()
+    pending: dict[str, dict[str, float]] = {}
+    for qid, hits in queries:
+        if qid not in qrels:
+            continue
+        seen.add(qid)
+        pending[qid] = hits
+        if len(pending) >= chunk:
+            yield from _evaluate_chunk(pending, qrels, measures)
+            pending.clear()
+    yield from _evaluate_chunk(pending, qrels, measures)
+    for qid in qrels:
+        if qid not in seen:
+            for m in measures:
+                yield qid, m.name, 0.0
+
+
 def evaluate_run(
     run: str | os.PathLike[str],
     qrels: Mapping[str, dict[str, int]],
     measures: Sequence[Measure] = MEASURES,
     chunk: int = EVAL_CHUNK,
 ) -> pa.Table:
-    """Per-query values (qid, measure, value) of every query of ``qrels``.
-
-    Queries of the run without judgements are ignored (as trec_eval does); queries of the qrels
-    absent from the run get 0 for every measure (``trec_eval -c``).
-    """
+    """Per-query values (qid, measure, value) of every query of ``qrels`` (see :func:`iter_query_values`)."""
     rows: dict[str, list] = {"qid": [], "measure": [], "value": []}
-    seen: set[str] = set()
-    pending: dict[str, dict[str, float]] = {}
-
-    def flush() -> None:
-        for qid, name, value in _evaluate_chunk(pending, qrels, measures):
-            rows["qid"].append(qid)
-            rows["measure"].append(name)
-            rows["value"].append(value)
-        pending.clear()
-
-    for qid, hits in _iter_run_queries(run):
-        if qid not in qrels:
-            continue
-        seen.add(qid)
-        pending[qid] = hits
-        if len(pending) >= chunk:
-            flush()
-    flush()
-    for qid in qrels:
-        if qid not in seen:
-            for m in measures:
-                rows["qid"].append(qid)
-                rows["measure"].append(m.name)
-                rows["value"].append(0.0)
+    for qid, name, value in iter_query_values(_iter_run_queries(run), qrels, measures, chunk):
+        rows["qid"].append(qid)
+        rows["measure"].append(name)
+        rows["value"].append(value)
     return pa.table(rows, schema=schemas.PER_QUERY)
 
 
@@ -190,6 +198,17 @@ def evaluate_stage(
     return mean_by_measure(table)
 
 
+def keyed_inputs(
+    files: Sequence[T], methods: Sequence[str], partitions: Sequence[str], what: str = "per-query files"
+) -> dict[tuple[str, str], T]:
+    """``{(method, partition): file}`` from files ordered partition-major, method-minor (as
+    ``expand(..., part=..., method=...)`` lists them)."""
+    keys = [(m, p) for p in partitions for m in methods]
+    if len(keys) != len(files):
+        raise ValueError(f"{len(files)} {what} for {len(keys)} (method, partition) pairs")
+    return dict(zip(keys, files, strict=True))
+
+
 def tables_stage(
     inputs: Sequence[str | os.PathLike[str]],
     methods: Sequence[str],
@@ -198,7 +217,4 @@ def tables_stage(
     mean_column: bool = True,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor."""
-    keys = [(m, p) for p in partitions for m in methods]
-    if len(keys) != len(inputs):
-        raise ValueError(f"{len(inputs)} per-query files for {len(keys)} (method, partition) pairs")
-    return write_tables(dict(zip(keys, inputs, strict=True)), methods, partitions, outputs, mean_column)
+    return write_tables(keyed_inputs(inputs, methods, partitions), methods, partitions, outputs, mean_column)

@@ -30,6 +30,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 
 from .atomic import write_text_atomic
+from .config import method_names
 from .errors import InputError
 
 PACKAGE_DIR = "data/published"
@@ -37,7 +38,7 @@ FILES: tuple[str, ...] = ("bge_m3_miracl_ndcg10.tsv", "pyserini_miracl_bm25.tsv"
 COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip
-METHODS = frozenset({"bm25", "dense", "sparse", "multivec", "dense+sparse", "all"})
+METHODS = frozenset(method_names())
 MEAN = "mean"
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}

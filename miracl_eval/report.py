@@ -39,6 +39,7 @@ from typing import Any
 from . import metrics, published, schemas, sensitivity, significance
 from .atomic import atomic_output, write_text_atomic
 from .errors import InputError
+from .fusion import FUSED_COMPONENTS
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +105,6 @@ def report_inputs(dataset: str, measure_keys: Sequence[str], methods: Sequence[s
     return files
 
 
-#: the fusion weights each fused method uses (as rules/common.smk's FUSION_WEIGHTS)
-FUSED_COMPONENTS: Mapping[str, tuple[str, ...]] = {
-    "multivec": ("multivec",),
-    "dense+sparse": ("dense", "sparse"),
-    "all": ("dense", "sparse", "multivec"),
-}
 ENCODER_KEYS: tuple[str, ...] = (
     "query_max_length", "passage_max_length", "batch_size", "shard_size", "device", "dtype", "dense_dtype",
 )  # fmt: skip
@@ -461,17 +456,6 @@ def published_stage(
 # --------------------------------------------------------------------------- significance
 
 
-def per_query_map(
-    files: Sequence[PathLike], methods: Sequence[str], partitions: Sequence[str]
-) -> dict[tuple[str, str], PathLike]:
-    """``{(method, partition): file}`` from files ordered partition-major, method-minor (as
-    ``expand(..., part=..., method=...)`` lists them)."""
-    keys = [(m, p) for p in partitions for m in methods]
-    if len(keys) != len(files):
-        raise ValueError(f"{len(files)} per-query files for {len(keys)} (method, partition) pairs")
-    return dict(zip(keys, files, strict=True))
-
-
 def significance_html(
     rows: Sequence[Mapping[str, object]], title: str, alpha: float = 0.05, note: str | None = None
 ) -> str:
@@ -552,7 +536,7 @@ def significance_stage(
 ) -> dict[str, int]:
     """Stage entry point: paired tests of ``pairs`` for every measure, per partition and (with
     ``mean_row``) over the partitions; TSV with :data:`miracl_eval.significance.COLUMNS` and HTML."""
-    files = per_query_map(per_query_files, methods, partitions)
+    files = metrics.keyed_inputs(per_query_files, methods, partitions)
     pair_list = [(str(a), str(b)) for a, b in pairs]
     rows: list[dict[str, object]] = []
     for measure in measures:
@@ -671,7 +655,7 @@ def top_differences_stage(
     dataset: str = "",
 ) -> dict[str, int]:
     """Stage entry point; ``queries`` are the partitions' query files, in partition order."""
-    files = per_query_map(per_query_files, methods, partitions)
+    files = metrics.keyed_inputs(per_query_files, methods, partitions)
     texts = {p: query_texts(q) for p, q in zip(partitions, queries, strict=True)}
     rows = top_differences_rows(files, pairs, partitions, n, measure, texts)
     write_text_atomic(tsv_out, format_tsv(TOP_DIFFERENCES_COLUMNS, rows))
@@ -766,12 +750,8 @@ def sensitivity_stage(
 ) -> dict[str, int]:
     """Stage entry point. ``components`` are ordered partition-major, method-minor; ``qrels``
     follow ``partitions``."""
-    keys = [(p, m) for p in partitions for m in methods]
-    if len(keys) != len(components):
-        raise ValueError(f"{len(components)} component files for {len(keys)} (partition, method) pairs")
-    by_part: dict[str, dict[str, PathLike]] = {}
-    for (p, m), path in zip(keys, components, strict=True):
-        by_part.setdefault(p, {})[m] = path
+    files = metrics.keyed_inputs(components, methods, partitions, "component files")
+    by_part = {p: {m: files[(m, p)] for m in methods} for p in partitions}
     qrels_by_part = dict(zip(partitions, qrels, strict=True))
     rows = sensitivity.sensitivity_table(by_part, qrels_by_part, weights, methods, output=tsv_out)
     title = "Fusion sensitivity: nDCG@10 as the sparse weight varies (dense = 1, multi-vector = 1)"

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from . import metrics, schemas
 from .atomic import write_text_atomic
 from .errors import InputError
+from .fusion import FUSED_COMPONENTS, MissingComponentError, fused_scores
 
 DEFAULT_WEIGHTS: tuple[float, ...] = tuple(i / 10 for i in range(11))  # 0, 0.1, …, 1.0
 METHODS: tuple[str, ...] = ("dense+sparse", "all")
@@ -57,12 +58,9 @@ class Components:
         order = pc.sort_indices(
             pa.table({"qid": qid, "i": pa.array(np.arange(table.num_rows))}), [("qid", "ascending"), ("i", "ascending")]
         )
-        table = table.take(order)
+        self.table = table = table.take(order)
         self.qids_per_row = np.asarray(table.column("qid").cast(pa.string()).to_pylist(), dtype=object)
         self.docids = np.asarray(table.column("docid").cast(pa.string()).to_pylist(), dtype=object)
-        self.dense = self._scores(table, "dense")
-        self.sparse = self._scores(table, "sparse")
-        self.multivec = self._scores(table, "multivec") if "multivec" in table.column_names else None
         if table.num_rows:
             change = np.flatnonzero(self.qids_per_row[1:] != self.qids_per_row[:-1]) + 1
             self.starts = np.concatenate([[0], change])
@@ -75,10 +73,6 @@ class Components:
             if len(set(docs)) != len(docs):
                 raise InputError(where, f"query {q} lists a document twice")
 
-    @staticmethod
-    def _scores(table: pa.Table, name: str) -> np.ndarray:
-        return table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
-
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Components:
         table = schemas.read_table(path)
@@ -86,21 +80,17 @@ class Components:
 
     def has(self, name: str) -> bool:
         """Whether component ``name`` was computed (some score is not null)."""
-        values = {"dense": self.dense, "sparse": self.sparse, "multivec": self.multivec}[name]
-        return values is not None and bool(np.any(~np.isnan(values)))
+        if name not in self.table.column_names:
+            return False
+        values = self.table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        return bool(np.any(~np.isnan(values)))
 
     def fused(self, weights: Mapping[str, float]) -> np.ndarray:
-        """``sum(w_i · s_i)`` per row, in the order of ``weights`` (the workflow's arithmetic)."""
-        total = np.zeros(self.docids.size, dtype=np.float64)
-        for name, w in weights.items():
-            values = {"dense": self.dense, "sparse": self.sparse, "multivec": self.multivec}[name]
-            if values is None:
-                raise InputError(self.where, f"no {name} column")
-            missing = int(np.isnan(values).sum())
-            if missing:
-                raise InputError(self.where, f"{missing} of {values.size} candidate(s) have no {name} score")
-            total = total + float(w) * values
-        return total
+        """``sum(w_i · s_i)`` per row, in the order of ``weights``: :func:`miracl_eval.fusion.fused_scores`."""
+        try:
+            return fused_scores(self.table, weights)
+        except MissingComponentError as err:
+            raise InputError(self.where, str(err)) from err
 
     def run(self, scores: np.ndarray, depth: int | None) -> Iterator[tuple[str, dict[str, float]]]:
         """``(qid, {docid: score})`` per query: the top ``depth`` candidates and their ties."""
@@ -116,11 +106,9 @@ class Components:
 
 def method_weights(method: str, sparse_weight: float) -> dict[str, float]:
     """The fusion weights of ``method`` with the sparse weight varied (dense and multivec 1)."""
-    if method == "dense+sparse":
-        return {"dense": 1.0, "sparse": float(sparse_weight)}
-    if method == "all":
-        return {"dense": 1.0, "sparse": float(sparse_weight), "multivec": 1.0}
-    raise ValueError(f"unknown fused method {method!r}; valid: {', '.join(METHODS)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown fused method {method!r}; valid: {', '.join(METHODS)}")
+    return {c: float(sparse_weight) if c == "sparse" else 1.0 for c in FUSED_COMPONENTS[method]}
 
 
 def evaluate_hits(
@@ -136,21 +124,9 @@ def evaluate_hits(
     """
     items = run.items() if isinstance(run, Mapping) else run
     values: dict[str, dict[str, float]] = {m.name: {} for m in measures}
-    pending: dict[str, dict[str, float]] = {}
-
-    def flush() -> None:
-        for qid, name, value in metrics._evaluate_chunk(pending, qrels, measures):
-            values[name][qid] = value
-        pending.clear()
-
-    for qid, hits in items:
-        if qid not in qrels:
-            continue
-        pending[qid] = hits
-        if len(pending) >= chunk:
-            flush()
-    flush()
-    for name in values:
+    for qid, name, value in metrics.iter_query_values(items, qrels, measures, chunk):
+        values[name][qid] = value
+    for name in values:  # a query given with no hits at all
         for qid in qrels:
             values[name].setdefault(qid, 0.0)
     return values

@@ -1,7 +1,8 @@
 # Shared names and input functions. Every path of the workflow is built here.
 
-from miracl_eval.config import fill_placeholders
+from miracl_eval.config import fill_placeholders, method_names
 from miracl_eval.datasets import get_dataset
+from miracl_eval.fusion import FUSED_COMPONENTS
 from miracl_eval.metrics import MEASURES
 from miracl_eval.schemas import num_chunks
 
@@ -21,7 +22,7 @@ wildcard_constraints:
     dataset=re.escape(DATASET.name),
     part=_alternatives(DATASET.partitions),
     corpus=_alternatives(sorted(set(DATASET.corpora(list(DATASET.partitions))))),
-    method=_alternatives(["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]),
+    method=_alternatives(method_names()),
 
 
 def corpus_source(wildcards):
@@ -61,12 +62,7 @@ MODEL = config["model"]
 TINY_MODEL = "resources/models/tiny-bge-m3"
 # GPU rules ask for a GPU unless the config pins the encoder to the CPU.
 GPU = 0 if ENC["device"] == "cpu" else 1
-FUSED = ["multivec", "dense+sparse", "all"]
-FUSION_WEIGHTS = {
-    "multivec": ["multivec"],
-    "dense+sparse": ["dense", "sparse"],
-    "all": ["dense", "sparse", "multivec"],
-}
+FUSED = list(FUSED_COMPONENTS)
 
 
 def model_input(wildcards):

@@ -82,7 +82,7 @@ rule fuse:
     resources:
         mem_mb=4000,
     params:
-        weights=lambda wc: {c: config["fusion"][c] for c in FUSION_WEIGHTS[wc.method]},
+        weights=lambda wc: {c: config["fusion"][c] for c in FUSED_COMPONENTS[wc.method]},
         depth=lambda wc: (
             config["hits"] if wc.method == "dense+sparse" else config["rerank_depth"]
         ),
