@@ -191,13 +191,19 @@ def child_stream(args: argparse.Namespace) -> dict:
 
 
 def run_child(argv: list[str]) -> tuple[dict, float]:
-    """Run this script as a child; return its JSON result and its peak RSS (MiB)."""
-    proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    stdout = proc.stdout.read()
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    """Run this script as a child; return its JSON result and its peak RSS (MiB).
+
+    stderr (progress bars, warnings) goes to a file: a pipe read after stdout would fill up and
+    stall a chatty child.
+    """
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, stderr=err)
+        assert proc.stdout is not None
+        stdout = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read()
     if proc.returncode != 0:
         sys.exit(f"child {argv} failed ({proc.returncode}):\n{stderr.decode(errors='replace')[-4000:]}")
     return json.loads(stdout.decode().strip().splitlines()[-1]), usage.ru_maxrss / 1024  # Linux: KiB
@@ -213,21 +219,15 @@ def build_model(config: str, folder: Path) -> str:
 
 
 def write_corpus(path: Path, n: int) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from miracl_eval import schemas
 
     base = sample_texts()
-    with pq.ParquetWriter(path, schemas.CORPUS, compression="zstd") as writer:
+    with schemas.StreamWriter(path, schemas.CORPUS) as writer:
         for start in range(0, n, 10_000):
             rows = range(start, min(n, start + 10_000))
             texts = [synthetic(base, i) for i in rows]
-            writer.write_table(
-                pa.table(
-                    {"docid": [f"doc{i}" for i in rows], "title": [""] * len(texts), "text": texts, "contents": texts},
-                    schema=schemas.CORPUS,
-                )
+            writer.write(
+                {"docid": [f"doc{i}" for i in rows], "title": [""] * len(texts), "text": texts, "contents": texts}
             )
 
 
