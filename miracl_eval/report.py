@@ -794,7 +794,7 @@ def settings_rows(
         n = schemas.count_rows(path)
         value = f"{n} passages"
         if shard_size:
-            shards = max(1, -(-n // shard_size))
+            shards = max(1, schemas.num_chunks(path, shard_size))  # as the workflow counts them
             value += f", {shards} encoding shard{'s' if shards != 1 else ''} of up to {shard_size}"
         rows.append({"section": "corpus", "setting": corpus, "value": value})
     return rows

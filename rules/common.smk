@@ -44,14 +44,16 @@ def qrels_source(wildcards):
     return f"resources/{wildcards.dataset}/downloads/topics/{wildcards.part}/qrels.tsv"
 
 
-def corpus_parquet(wildcards):
-    corpus = DATASET.corpus_of(wildcards.part)
-    return f"resources/{wildcards.dataset}/corpus/{corpus}/corpus.parquet"
+def part_corpus(path):
+    """An input function for a per-corpus file, seen from a partition's job."""
+    return lambda wc: path.format(dataset=wc.dataset, corpus=DATASET.corpus_of(wc.part))
 
 
-def bm25_index(wildcards):
-    corpus = DATASET.corpus_of(wildcards.part)
-    return f"resources/{wildcards.dataset}/indexes/{corpus}/bm25"
+corpus_parquet = part_corpus("resources/{dataset}/corpus/{corpus}/corpus.parquet")
+bm25_index = part_corpus("resources/{dataset}/indexes/{corpus}/bm25")
+PER_QUERY = expand(
+    "results/{{dataset}}/{part}/{method}.per_query.parquet", part=PARTS, method=METHODS
+)
 
 
 # ---------------------------------------------------------------- BGE-M3 methods
@@ -103,11 +105,6 @@ def query_chunks(kind):
         ]
 
     return chunks
-
-
-def part_corpus(path):
-    """An input function for a per-corpus file, seen from a partition's job."""
-    return lambda wc: path.format(dataset=wc.dataset, corpus=DATASET.corpus_of(wc.part))
 
 
 def fusion_components(wildcards):

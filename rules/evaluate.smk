@@ -22,11 +22,7 @@ rule evaluate:
 
 rule tables:
     input:
-        expand(
-            "results/{{dataset}}/{part}/{method}.per_query.parquet",
-            part=PARTS,
-            method=METHODS,
-        ),
+        PER_QUERY,
     output:
         **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
     log:

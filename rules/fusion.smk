@@ -32,7 +32,7 @@ rule rerank_components:
     input:
         dense_run="runs/{dataset}/{part}/dense.parquet",
         queries="resources/{dataset}/topics/{part}/queries.parquet",
-        corpus=part_corpus("resources/{dataset}/corpus/{corpus}/corpus.parquet"),
+        corpus=corpus_parquet,
         query_dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
         query_sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
         passage_dense=corpus_shards("dense"),

@@ -3,7 +3,7 @@
 # per-query wins and losses, the fusion sensitivity view, the run's settings and every stage's
 # time and peak memory. All of it is built by the default target (rule all) and by `report_inputs`.
 
-from miracl_eval.metrics import MEASURES
+from miracl_eval.metrics import MEASURES, PRIMARY
 from miracl_eval.report import (
     comparison_pairs,
     measure_label,
@@ -13,16 +13,18 @@ from miracl_eval.report import (
     sensitivity_weights,
 )
 from miracl_eval.sensitivity import DEFAULT_WEIGHTS
+from miracl_eval.significance import N_BOOTSTRAP, N_PERMUTATIONS, SEED
 from miracl_eval.sensitivity import METHODS as SWEPT_METHODS
 
 MEASURE_NAMES = {m.key: m.name for m in MEASURES}
 REPORT_PAIRS = comparison_pairs(METHODS)
 SENSITIVITY_METHODS = [m for m in SWEPT_METHODS if m in METHODS]
 M3_METHODS = [m for m in METHODS if m != "bm25"]
-SIGNIFICANCE = {"n_permutations": 10000, "n_bootstrap": 10000, "seed": 20240601}
-PER_QUERY = expand(
-    "results/{{dataset}}/{part}/{method}.per_query.parquet", part=PARTS, method=METHODS
-)
+SIGNIFICANCE = {
+    "n_permutations": N_PERMUTATIONS,
+    "n_bootstrap": N_BOOTSTRAP,
+    "seed": SEED,
+}
 
 
 REPORT_TARGETS = report_inputs(DATASET.name, MEASURE_KEYS, METHODS) + [
@@ -176,7 +178,7 @@ rule report_top_differences:
         partitions=PARTS,
         pairs=REPORT_PAIRS,
         n=5,
-        measure=MEASURES[0].name,
+        measure=PRIMARY.name,
         dataset=DATASET.name,
     script:
         "../scripts/report_top_differences.py"
