@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .datasets import Dataset, get_dataset
+from .datasets import get_dataset
 from .errors import ConfigError
 from .preprocess import check_template
 
@@ -58,8 +58,6 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             missing = err.message.split("'")[1] if "'" in err.message else err.message
             key = _key([*err.absolute_path, missing])
             raise ConfigError(key, "is required")
-        if err.validator == "additionalProperties":
-            raise ConfigError(key, err.message)
         raise ConfigError(key, err.message)
     _fill_defaults(cfg, schema())
     dataset = get_dataset(cfg["dataset"])
@@ -97,7 +95,3 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 def fill_placeholders(template: str, partition: str) -> str:
     """Replace ``{lang}`` / ``{partition}`` in a local source path."""
     return template.replace("{lang}", partition).replace("{partition}", partition)
-
-
-def dataset_of(cfg: Mapping[str, Any]) -> Dataset:
-    return get_dataset(cfg["dataset"])

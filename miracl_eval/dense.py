@@ -316,15 +316,14 @@ def _read_docids(path: PathLike) -> pa.Array:
     return docids
 
 
-def _to_gpus(index, gpus: int, float16: bool):
+def _to_gpus(index, gpus: int):
     faiss = _faiss()
     co = faiss.GpuMultipleClonerOptions()
     co.shard = gpus > 1  # split the vectors over the GPUs: more memory, same results
-    co.useFloat16 = float16
     return faiss.index_cpu_to_all_gpus(index, co=co)
 
 
-def _prepare_searcher(index, k: int, use_gpu: bool, nprobe: int, ef_search: int, gpu_float16: bool = False):
+def _prepare_searcher(index, k: int, use_gpu: bool, nprobe: int, ef_search: int):
     faiss = _faiss()
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
@@ -338,7 +337,7 @@ def _prepare_searcher(index, k: int, use_gpu: bool, nprobe: int, ef_search: int,
         log.info("faiss: k=%d exceeds the GPU limit %d; searching on the CPU", k, GPU_MAX_K)
     elif gpus:
         try:
-            searcher = _to_gpus(index, gpus, gpu_float16)
+            searcher = _to_gpus(index, gpus)
         except RuntimeError as err:  # e.g. an IVF-PQ layout the GPU code does not support
             log.warning("faiss: cannot move the index to the GPU (%s); searching on the CPU", err)
         else:
@@ -364,15 +363,13 @@ def dense_search(
     qid_subset: Iterable[str] | None = None,
     threads: int | None = None,
     mmap: bool = False,
-    gpu_float16: bool = False,
     tag: str = "dense",
 ) -> int:
     """Search every query vector (or those in ``qid_subset``) and write the run; returns #queries.
 
     Hits with the label -1 (fewer than ``k`` neighbours found) are left out. ``mmap`` maps a
     flat index's vectors instead of reading them into memory (page cache instead of RAM; the
-    GPU copy is made from the mapping). ``gpu_float16`` keeps the GPU copy in float16 (half
-    the GPU memory; queries are rounded to float16 too, so scores are no longer exact).
+    GPU copy is made from the mapping).
     """
     faiss = _faiss()
     _set_threads(threads)
@@ -387,7 +384,7 @@ def dense_search(
     _, qdim, _ = vector_dim(query_vectors_parquet, "qid")
     if qdim != index.d:
         raise InputError(query_vectors_parquet, f"query vectors have dimension {qdim}, the index {index.d}")
-    searcher = _prepare_searcher(index, k, use_gpu, nprobe, ef_search, gpu_float16)
+    searcher = _prepare_searcher(index, k, use_gpu, nprobe, ef_search)
     subset = pa.array(sorted(set(qid_subset)), pa.string()) if qid_subset is not None else None
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:

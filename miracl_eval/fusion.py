@@ -202,14 +202,6 @@ class SparseLookup(_IdLookup):
         self.vocab = int(self.tokens.max()) + 1 if len(self.tokens) else 0
 
     @classmethod
-    def from_dicts(cls, vectors: Mapping[str, Mapping[int, float]]) -> SparseLookup:
-        ids = pa.array(list(vectors), pa.string())
-        lengths = [len(v) for v in vectors.values()]
-        tokens = np.array([t for v in vectors.values() for t in v], dtype=np.int64)
-        weights = np.array([w for v in vectors.values() for w in v.values()], dtype=np.float32)
-        return cls(ids, np.r_[0, np.cumsum(lengths)], tokens, weights)
-
-    @classmethod
     def from_parquet(
         cls,
         paths: PathLike | Sequence[PathLike],

@@ -70,10 +70,6 @@ class Row:
         """The value on the 0–1 scale (the double nearest to the exact decimal)."""
         return float(self.exact)
 
-    @property
-    def value_as_printed(self) -> float:
-        return float(self.text)
-
 
 def _parse_config(text: str, path: str, line: int) -> tuple[tuple[str, str], ...]:
     if text in ("", "-"):

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schemas
+from . import retrieval, schemas
 from .errors import InputError
 from .indexing import IndexResult, build_impact_index
 from .retrieval import impact_search
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 FACTOR = 100
-QUERY_CHUNK = 2_000
 
 
 def quantize(weight: float, factor: float = FACTOR) -> int:
@@ -226,7 +225,7 @@ def build_sparse_index(
 
 
 def iter_query_vectors(
-    query_sparse_parquet: PathLike, factor: float = FACTOR, chunk: int = QUERY_CHUNK
+    query_sparse_parquet: PathLike, factor: float = FACTOR, chunk: int = retrieval.QUERY_CHUNK
 ) -> Iterator[tuple[list[str], list[dict[str, int]]]]:
     """``(qids, [{term: impact}])`` in chunks; queries without any term are left out (no hits)."""
     for batch in iter_sparse_batches(query_sparse_parquet, key="qid", batch_rows=chunk):

@@ -30,6 +30,7 @@ import torch
 from .atomic import atomic_output
 from .errors import MiraclEvalError
 from .loading import iter_corpus
+from .preprocess import join_title
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0..4, XLM-R's first four ids
 
@@ -38,7 +39,7 @@ def texts_from_corpora(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]
     """Yield ``"{title} {text}"`` (just the text when there is no title) of every passage of MIRACL corpora."""
     for path in paths:
         for _, passage in iter_corpus(path):
-            yield f"{passage.title} {passage.text}" if passage.title else passage.text
+            yield join_title(passage.title, passage.text, "{title} {text}")
 
 
 def _train_tokenizer(texts: Sequence[str], vocab_size: int, model_max_length: int):
