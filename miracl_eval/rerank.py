@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -108,13 +108,14 @@ def score_candidates(
     )
 
 
-def _chunk_pairs(pairs: pa.Table, queries: PathLike, chunk: int, chunk_index: int) -> pa.Table:
-    qids = pa.array(query_chunk_ids(queries, chunk, chunk_index), pa.string())
-    return pairs.filter(pc.is_in(pairs.column("qid"), value_set=qids))
+def _run_rows(run: PathLike, qids: pa.Array) -> pa.Table:
+    """The rows of a run whose query is in ``qids``, streamed (the whole run is never held)."""
+    batches = [b.filter(pc.is_in(b.column("qid"), value_set=qids)) for b in schemas.iter_batches(run, schemas.RUN)]
+    return pa.Table.from_batches(batches) if batches else schemas.RUN.empty_table()
 
 
 def _score_chunk(
-    pairs: pa.Table,
+    candidates: Callable[[Callable[[PathLike], pa.Table]], pa.Table],
     queries: PathLike,
     chunk: int,
     chunk_index: int,
@@ -125,8 +126,14 @@ def _score_chunk(
     output: PathLike,
     multivec: dict | None = None,
 ) -> int:
-    """Score one query chunk's candidate pairs and write the ``COMPONENTS`` Parquet; returns #pairs."""
-    pairs = _chunk_pairs(pairs, queries, chunk, chunk_index)
+    """Score one query chunk's candidate pairs and write the ``COMPONENTS`` Parquet; returns #pairs.
+
+    ``candidates`` builds the pairs from runs cut down to the chunk's queries by the function it
+    is given: candidates are only ever built for the chunk's queries (they do not depend on
+    other queries' rows).
+    """
+    qids = pa.array(query_chunk_ids(queries, chunk, chunk_index), pa.string())
+    pairs = candidates(lambda run: _run_rows(run, qids))
     table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=multivec)
     schemas.write_table(table, output, COMPONENTS)
     return len(table)
@@ -144,7 +151,9 @@ def union_components_stage(
 
     ``scored``: query dense, query sparse, passage dense shards, passage sparse shards, output.
     """
-    return _score_chunk(candidate_union(dense_run, sparse_run), queries, chunk, chunk_index, *scored)
+    return _score_chunk(
+        lambda rows: candidate_union(rows(dense_run), rows(sparse_run)), queries, chunk, chunk_index, *scored
+    )
 
 
 def rerank_components_stage(
@@ -162,7 +171,9 @@ def rerank_components_stage(
     batch size, device and dtype (see :func:`score_candidates`).
     """
     multivec = {"queries": queries, **encoder}
-    return _score_chunk(dense_candidates(dense_run, depth), queries, chunk, chunk_index, *scored, multivec=multivec)
+    return _score_chunk(
+        lambda rows: dense_candidates(rows(dense_run), depth), queries, chunk, chunk_index, *scored, multivec=multivec
+    )
 
 
 def fuse_stage(
