@@ -68,7 +68,7 @@ def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[s
 
 def _build(
     output: str | os.PathLike[str],
-    expected: int,
+    expected: int | None,
     write: Callable[[Path], int],
     args: Callable[[Path, Path], list[str]],
     log_path: str | os.PathLike[str] | None,
@@ -84,7 +84,9 @@ def _build(
         atomic_output(out, directory=True) as index,
     ):
         written = write(Path(tmp))
-        if written != expected:
+        if expected is None:  # the writer's count is the reference
+            expected = written
+        elif written != expected:
             raise MiraclEvalError(f"wrote {written} records for indexing, expected {expected}")
         run_anserini("io.anserini.index.IndexCollection", args(Path(tmp), index), log_path, heap)
         docs = count_documents(index)
@@ -153,13 +155,16 @@ def build_bm25_index(
 
 def build_impact_index(
     records: Callable[[], Iterator[tuple[str, dict[str, int]]]],
-    expected: int,
+    expected: int | None,
     output: str | os.PathLike[str],
     threads: int = 1,
     log_path: str | os.PathLike[str] | None = None,
     heap: str = "4g",
 ) -> IndexResult:
-    """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index."""
+    """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index.
+
+    The index must hold ``expected`` documents, or as many as ``records`` yields when ``None``.
+    """
 
     def args(inp: Path, index: Path) -> list[str]:
         return [

@@ -198,25 +198,22 @@ def build_sparse_index(
     shards = list(shards)
     if not shards:
         raise ValueError("no lexical weight shards given")
-    # One cheap pass for the number of non-empty passages (validates every shard up front).
-    expected = total = 0
-    for batch in iter_sparse_batches(shards, key="docid"):
-        impacts = quantize_array(batch.weights, factor) > 0
-        rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
-        expected += len(np.unique(rows[impacts]))
-        total += len(batch)
-    if expected == 0:
-        raise InputError(shards[0], "no passage has a lexical weight that survives quantization")
-    if expected < total:
-        log.warning("%d of %d passages have no lexical weight after quantization; not indexed", total - expected, total)
 
     def records() -> Iterator[tuple[str, dict[str, int]]]:
+        """The non-empty passages; checked once all are read, before Anserini starts."""
+        kept = total = 0
         for batch in iter_sparse_batches(shards, key="docid"):
+            total += len(batch)
             for docid, vector in _impact_vectors(batch, factor):
                 if vector:
+                    kept += 1
                     yield docid, vector
+        if kept == 0:
+            raise InputError(shards[0], "no passage has a lexical weight that survives quantization")
+        if kept < total:
+            log.warning("%d of %d passages have no lexical weight after quantization; not indexed", total - kept, total)
 
-    result = build_impact_index(records, expected, index_out, threads=threads, log_path=log_path, heap=heap)
+    result = build_impact_index(records, None, index_out, threads=threads, log_path=log_path, heap=heap)
     log.info("impact index of %d passages -> %s", result.documents, index_out)
     return result
 
