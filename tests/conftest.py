@@ -8,14 +8,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
+
+from miracl_eval import schemas
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample"
 SHARED = Path(os.environ.get("MIRACL_EVAL_SHARED", REPO.parent / "shared"))
 MIRACL_DEV = SHARED / "data" / "miracl-v1.0-dev"
-MRTYDI_SAMPLE = SHARED / "data" / "mrtydi-1.1-sample"
+#: every bundled sample corpus: the texts the tiny BGE-M3 checkpoint is built from
+CORPORA = [*sorted((SAMPLE / "miracl").glob("*/corpus.jsonl")), SAMPLE / "messirve" / "corpus.jsonl"]
 
 
 @pytest.fixture
@@ -25,12 +31,73 @@ def miracl_dev() -> Path:
     return MIRACL_DEV
 
 
-def sample_config(languages: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """The bundled MIRACL sample's config with absolute paths (usable from any working dir)."""
-    cfg = yaml.safe_load((SAMPLE / "miracl.yaml").read_text(encoding="utf-8"))
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread: tiny matrices gain nothing from more, and OpenMP threads crawl on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """The tiny BGE-M3 checkpoint built from the sample corpora (built once per test session)."""
+    from miracl_eval.tiny_model import build_tiny_checkpoint, texts_from_corpora
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("m3") / "tiny", list(texts_from_corpora(CORPORA)))
+
+
+def write_vectors(path: Path, ids: list[str], vecs: np.ndarray, dtype: str = "float32", key: str = "docid") -> Path:
+    """A dense vector Parquet file (``schemas.dense_schema``)."""
+    schema = schemas.dense_schema(vecs.shape[1], dtype, key=key)
+    values = pa.array(vecs.astype(dtype).ravel(), schema.field("vector").type.value_type)
+    table = pa.table({key: ids, "vector": pa.FixedSizeListArray.from_arrays(values, vecs.shape[1])}, schema=schema)
+    pq.write_table(table, path, compression="zstd")
+    return path
+
+
+def write_weights(path: Path, vectors: dict[str, dict[int, float]], key: str = "docid") -> Path:
+    """A lexical weight Parquet file (``schemas.SPARSE``, or ``QUERY_SPARSE`` for ``key="qid"``)."""
+    schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
+    table = pa.table(
+        {
+            key: list(vectors),
+            "token_ids": [list(v) for v in vectors.values()],
+            "weights": [list(v.values()) for v in vectors.values()],
+        },
+        schema=schema,
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def sample_config(languages: list[str] | None = None, file: str = "miracl.yaml", **overrides: Any) -> dict[str, Any]:
+    """A bundled sample's config (``sample/{file}``) with absolute paths (usable from any working dir)."""
+    cfg = yaml.safe_load((SAMPLE / file).read_text(encoding="utf-8"))
     cfg["source"] = {k: str(REPO / v) for k, v in cfg["source"].items()}
     if languages is not None:
         cfg["languages"] = languages
+    cfg.update(overrides)
+    return cfg
+
+
+M3_LANGS = ["sw", "yo"]
+M3_METHODS = ["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]
+
+
+def m3_config(languages: list[str] = M3_LANGS, **overrides: Any) -> dict[str, Any]:
+    """The MIRACL sample with every method and the tiny checkpoint on the CPU (small shards and chunks)."""
+    cfg = sample_config(languages, threads=1)
+    cfg.update(
+        methods=M3_METHODS,
+        model="resources/models/tiny-bge-m3",
+        encoder={"device": "cpu", "shard_size": 10, "batch_size": 8},
+        rerank_depth=20,
+        query_chunk=3,  # 4 queries per language: two rerank chunks each
+    )
     cfg.update(overrides)
     return cfg
 

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_vectors
 
 from miracl_eval import schemas
 from miracl_eval.dense import build_dense_index, dense_search, iter_vector_batches, load_vectors, rank_table
@@ -15,14 +16,6 @@ from miracl_eval.errors import InputError
 from miracl_eval.runs import rank_hits, read_run, read_trec
 
 DIM = 24
-
-
-def write_vectors(path: Path, ids: list[str], vecs: np.ndarray, dtype: str = "float32", key: str = "docid") -> Path:
-    schema = schemas.dense_schema(vecs.shape[1], dtype, key=key)
-    values = pa.array(vecs.astype(dtype).ravel(), schema.field("vector").type.value_type)
-    table = pa.table({key: ids, "vector": pa.FixedSizeListArray.from_arrays(values, vecs.shape[1])}, schema=schema)
-    pq.write_table(table, path, compression="zstd")
-    return path
 
 
 def write_shards(folder: Path, ids: list[str], vecs: np.ndarray, n_shards: int, dtype: str = "float32") -> list[Path]:

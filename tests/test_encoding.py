@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import CORPORA, SAMPLE
 
 from miracl_eval import atomic, encoding, schemas
 from miracl_eval.encoding import (
@@ -22,11 +23,9 @@ from miracl_eval.encoding import (
     sparse_score,
 )
 from miracl_eval.errors import DownloadError, InputError
-from miracl_eval.tiny_model import build_tiny_checkpoint, texts_from_corpora
+from miracl_eval.tiny_model import texts_from_corpora
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "sample"
-CORPORA = sorted((SAMPLE / "miracl").glob("*/corpus.jsonl")) + [SAMPLE / "messirve" / "corpus.jsonl"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LANGS = ["th", "zh", "ja", "ar", "ko", "hi", "ru", "en", "es"]
 TOL = 1e-5
 
@@ -48,18 +47,9 @@ def _passages(langs=LANGS, per_lang: int = 5) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: tiny matrices gain nothing from more, and OpenMP threads crawl on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("m3") / "tiny", texts_from_corpora(CORPORA))
+def ckpt(tiny_checkpoint) -> Path:
+    return tiny_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_vectors, write_weights
 
-from miracl_eval import schemas
 from miracl_eval.fusion import (
     COMPONENTS,
     PAIRS,
@@ -35,29 +35,6 @@ def run_table(hits: dict[str, list[tuple[str, float]]]) -> pa.Table:
 
 def pairs_of(table: pa.Table) -> list[tuple[str, str]]:
     return list(zip(table.column("qid").to_pylist(), table.column("docid").to_pylist(), strict=True))
-
-
-def write_vectors(path: Path, ids: list[str], vecs: np.ndarray, key: str, dtype: str = "float32") -> Path:
-    schema = schemas.dense_schema(vecs.shape[1], dtype, key=key)
-    values = pa.array(vecs.astype(dtype).ravel(), schema.field("vector").type.value_type)
-    pq.write_table(
-        pa.table({key: ids, "vector": pa.FixedSizeListArray.from_arrays(values, vecs.shape[1])}, schema=schema), path
-    )
-    return path
-
-
-def write_weights(path: Path, vectors: dict[str, dict[int, float]], key: str) -> Path:
-    schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
-    table = pa.table(
-        {
-            key: list(vectors),
-            "token_ids": [list(v) for v in vectors.values()],
-            "weights": [list(v.values()) for v in vectors.values()],
-        },
-        schema=schema,
-    )
-    pq.write_table(table, path)
-    return path
 
 
 # --------------------------------------------------------------------------- candidates
@@ -107,10 +84,10 @@ def stored(tmp_path: Path):
     pvec = rng.standard_normal((len(docids), 8)).astype(np.float32)
     qvec = rng.standard_normal((3, 8)).astype(np.float32)
     pshards = [
-        write_vectors(tmp_path / "p0.parquet", docids[:20], pvec[:20], "docid", "float16"),
-        write_vectors(tmp_path / "p1.parquet", docids[20:], pvec[20:], "docid", "float16"),
+        write_vectors(tmp_path / "p0.parquet", docids[:20], pvec[:20], "float16"),
+        write_vectors(tmp_path / "p1.parquet", docids[20:], pvec[20:], "float16"),
     ]
-    qpath = write_vectors(tmp_path / "q.parquet", qids, qvec, "qid", "float16")
+    qpath = write_vectors(tmp_path / "q.parquet", qids, qvec, "float16", key="qid")
     pweights = {
         d: {
             int(t): float(np.float32(rng.uniform(0, 0.5)))
@@ -122,10 +99,10 @@ def stored(tmp_path: Path):
         q: {int(t): float(np.float32(rng.uniform(0, 0.5))) for t in rng.choice(30, size=5, replace=False)} for q in qids
     }
     sshards = [
-        write_weights(tmp_path / "s0.parquet", {d: pweights[d] for d in docids[:25]}, "docid"),
-        write_weights(tmp_path / "s1.parquet", {d: pweights[d] for d in docids[25:]}, "docid"),
+        write_weights(tmp_path / "s0.parquet", {d: pweights[d] for d in docids[:25]}),
+        write_weights(tmp_path / "s1.parquet", {d: pweights[d] for d in docids[25:]}),
     ]
-    sq = write_weights(tmp_path / "sq.parquet", qweights, "qid")
+    sq = write_weights(tmp_path / "sq.parquet", qweights, key="qid")
     pairs = pa.table(
         {"qid": ["q0", "q0", "q1", "q2", "q2", "q1"], "docid": ["q0", "d3", "d40", "d7", "d49", "d3"]}, schema=PAIRS
     )

@@ -8,8 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
-from conftest import REPO, SAMPLE, snakemake, write_config
+from conftest import SAMPLE, sample_config, snakemake, write_config
 
 from miracl_eval.datasets import MESSIRVE
 from miracl_eval.errors import InputError
@@ -72,9 +71,7 @@ def test_malformed_messirve_topics_and_qrels(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def messirve_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("messirve")
-    cfg = yaml.safe_load((SAMPLE / "messirve.yaml").read_text(encoding="utf-8"))
-    cfg["source"] = {k: str(REPO / v) for k, v in cfg["source"].items()}
-    cfg["rerank_depth"] = 20
+    cfg = sample_config(file="messirve.yaml", rerank_depth=20)
     snakemake(work, write_config(work, cfg), "results/messirve_ndcg.tsv")
     return work
 

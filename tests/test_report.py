@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import planned_jobs, sample_config, snakemake, write_config
+from conftest import m3_config, planned_jobs, snakemake, write_config
 
 from miracl_eval import published, report, schemas, significance
 
@@ -263,16 +263,8 @@ def test_identify_benchmark_prefers_the_most_specific_pattern() -> None:
 
 
 def report_config() -> dict:
-    cfg = sample_config(LANGS, threads=1)
-    cfg.update(
-        methods=METHODS,
-        model="resources/models/tiny-bge-m3",
-        # one encoding shard and one rerank chunk per language: the fewest jobs
-        encoder={"device": "cpu", "shard_size": 100, "batch_size": 8},
-        rerank_depth=20,
-        query_chunk=50,
-    )
-    return cfg
+    # one encoding shard and one rerank chunk per language: the fewest jobs
+    return m3_config(LANGS, encoder={"device": "cpu", "shard_size": 100, "batch_size": 8}, query_chunk=50)
 
 
 @pytest.fixture(scope="module")

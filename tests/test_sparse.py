@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import write_weights
 
 from miracl_eval import schemas
 from miracl_eval.errors import InputError, MiraclEvalError
@@ -21,20 +22,6 @@ from miracl_eval.sparse import (
     sparse_dot,
     sparse_search,
 )
-
-
-def write_weights(path: Path, vectors: dict[str, dict[int, float]], key: str = "docid") -> Path:
-    schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
-    table = pa.table(
-        {
-            key: list(vectors),
-            "token_ids": [list(v) for v in vectors.values()],
-            "weights": [list(v.values()) for v in vectors.values()],
-        },
-        schema=schema,
-    )
-    pq.write_table(table, path)
-    return path
 
 
 def quantized(vec: dict[int, float]) -> dict[int, int]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import CORPORA
 
 from miracl_eval.tiny_model import _train_tokenizer, build_tiny_checkpoint, main, texts_from_corpora
 
-REPO = Path(__file__).resolve().parents[1]
-CORPORA = sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl")) + [REPO / "sample" / "messirve" / "corpus.jsonl"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FILES = {
     "config.json",
     "model.safetensors",
@@ -34,24 +34,15 @@ PROBES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: tiny matrices gain nothing from more, and OpenMP threads crawl on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     return list(texts_from_corpora(CORPORA))
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory, texts) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    return build_tiny_checkpoint(root / "a", texts), build_tiny_checkpoint(root / "b", iter(texts))
+def builds(tmp_path_factory, texts, tiny_checkpoint) -> tuple[Path, Path]:
+    """The session's checkpoint (built from the text list) and one built here from an iterator."""
+    return tiny_checkpoint, build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "b", iter(texts))
 
 
 def _digests(folder: Path) -> dict[str, str]:

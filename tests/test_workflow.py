@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import SAMPLE, planned_jobs, sample_config, snakemake, write_config
 
 from miracl_eval.indexing import index_analysis
+from miracl_eval.published import read_results_table
 from miracl_eval.runs import read_run, read_trec
 
 pytestmark = pytest.mark.workflow
@@ -37,23 +37,18 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def _table(path: Path) -> dict[str, dict[str, float]]:
-    header, *rows = [line.split("\t") for line in path.read_text().splitlines()]
-    return {row[0]: dict(zip(header[1:], map(float, row[1:]), strict=True)) for row in rows}
-
-
 def test_tables_have_bm25_for_every_language_and_the_mean(sample_run: Path) -> None:
     for name in ("miracl_ndcg.tsv", "miracl_recall100.tsv"):
         path = sample_run / "results" / name
         assert path.read_text().splitlines()[0] == "\t".join(["method", *LANGS, "mean"])
-        table = _table(path)
+        table = read_results_table(path)
         assert list(table) == ["bm25"]
         row = table["bm25"]
         assert all(0.0 <= row[lang] <= 1.0 for lang in LANGS)
         assert row["mean"] == pytest.approx(sum(row[lang] for lang in LANGS) / len(LANGS), abs=1e-4)
     # the sample's queries share words with their passages: BM25 must find most of them
-    assert _table(sample_run / "results" / "miracl_recall100.tsv")["bm25"]["mean"] > 0.9
-    assert _table(sample_run / "results" / "miracl_ndcg.tsv")["bm25"]["mean"] > 0.5
+    assert read_results_table(sample_run / "results" / "miracl_recall100.tsv")["bm25"]["mean"] > 0.9
+    assert read_results_table(sample_run / "results" / "miracl_ndcg.tsv")["bm25"]["mean"] > 0.5
 
 
 def test_runs_are_valid_trec_files_equal_to_their_parquet(sample_run: Path) -> None:
@@ -79,7 +74,7 @@ def test_second_invocation_has_nothing_to_do(sample_run: Path) -> None:
 
 
 def test_bm25_parameters_rerun_only_search_and_evaluation(sample_run: Path) -> None:
-    cfg = json.loads(json.dumps(__import__("yaml").safe_load((sample_run / "config.yaml").read_text())))
+    cfg = yaml.safe_load((sample_run / "config.yaml").read_text())
     cfg["bm25"] = {"k1": 1.2, "b": 0.75}
     other = write_config(sample_run, cfg, "k1.yaml")
     jobs = planned_jobs(snakemake(sample_run, other, "results/miracl_ndcg.tsv", args=("-n",)))
@@ -99,7 +94,9 @@ def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None
         searcher = LuceneSearcher(str(index))
         searcher.set_bm25(0.9, 0.4)
         analysis.configure_searcher(searcher)
-        queries = pq.read_table(sample_run / "resources" / "miracl" / "topics" / lang / "queries.parquet").to_pylist()
+        queries = pq.readread_results_table(
+            sample_run / "resources" / "miracl" / "topics" / lang / "queries.parquet"
+        ).to_pylist()
         run = read_run(sample_run / "runs" / "miracl" / lang / "bm25.parquet").to_pylist()
         for q in queries:
             (text,) = analysis.prepare_queries([q["query"]])
@@ -143,18 +140,13 @@ def test_config_errors_stop_the_workflow(tmp_path: Path, change: dict, message: 
     assert not (tmp_path / "resources").exists()
 
 
-def test_offline_download_says_how_to_use_local_files(tmp_path: Path) -> None:
+def test_offline_download_says_how_to_use_local_files(tmp_path: Path, monkeypatch) -> None:
     cfg = sample_config(["sw"])
     del cfg["source"]
-    env_backup = dict(os.environ)
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        proc = snakemake(
-            tmp_path, write_config(tmp_path, cfg), "resources/miracl/downloads/topics/sw/topics.tsv", check=False
-        )
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    proc = snakemake(
+        tmp_path, write_config(tmp_path, cfg), "resources/miracl/downloads/topics/sw/topics.tsv", check=False
+    )
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "Could not download 'miracl-v1.0-sw/topics/topics.miracl-v1.0-sw-dev.tsv'" in text

@@ -14,25 +14,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO, planned_jobs, sample_config, snakemake, write_config
+from conftest import M3_LANGS, M3_METHODS, REPO, m3_config, planned_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
-LANGS = ["sw", "yo"]
-METHODS = ["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]
-
-
-def m3_config(languages: list[str] = LANGS, **overrides: object) -> dict:
-    cfg = sample_config(languages, threads=1)
-    cfg.update(
-        methods=METHODS,
-        model="resources/models/tiny-bge-m3",
-        encoder={"device": "cpu", "shard_size": 10, "batch_size": 8},
-        rerank_depth=20,
-        query_chunk=3,  # 4 queries per language: two rerank chunks each
-    )
-    cfg.update(overrides)
-    return cfg
+LANGS = M3_LANGS
+METHODS = M3_METHODS
 
 
 @pytest.fixture(scope="module")
