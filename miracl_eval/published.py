@@ -188,11 +188,18 @@ def _same(ours: object, theirs: str) -> bool:
 
 def mismatch(row: Row, method: str, run_config: Mapping[str, object]) -> str | None:
     """Why ``row`` is not comparable with our ``method`` under ``run_config`` (None if it is)."""
+    return _mismatch(row, method, _facts(run_config))
+
+
+def _facts(run_config: Mapping[str, object]) -> dict[str, object]:
+    return {**IMPLICIT_CONFIG, **flatten_config(run_config)}
+
+
+def _mismatch(row: Row, method: str, facts: Mapping[str, object]) -> str | None:
     if row.method == "-":
         return f"{row.system} has no counterpart in this workflow"
     if row.method != method:
         return f"method {method} is not {row.method}"
-    facts = {**IMPLICIT_CONFIG, **flatten_config(run_config)}
     if row.model != "-" and not _same(facts.get("model"), row.model):
         return f"model {facts.get('model')!r} is not {row.model!r}"
     for key, value in row.config:
@@ -247,10 +254,11 @@ def side_by_side(
     for r in relevant:
         if r.partition != MEAN:
             languages.setdefault((r.source_id, r.system), []).append(r.partition)
+    facts = _facts(run_config)
     out: list[dict[str, object]] = []
     for method, values in ours.items():
         for r in relevant:
-            if mismatch(r, method, run_config) is not None:
+            if _mismatch(r, method, facts) is not None:
                 continue
             langs = languages.get((r.source_id, r.system)) or _dataset_partitions(dataset)
             mine = _our_value(values, r.partition, langs)

@@ -231,13 +231,6 @@ def html_page(title: str, body: str, note: str | None = None) -> str:
     return "\n".join(parts)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
 def html_table(
     header: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -259,7 +252,7 @@ def html_table(
         out.append(f'<tr class="{rc}">' if rc else "<tr>")
         for c, value in enumerate(row):
             text = str(value)
-            classes = ["num"] if c not in text_cols and _is_number(text) else []
+            classes = ["num"] if c not in text_cols and _number(text) is not None else []
             if cell_classes and cell_classes[r][c]:
                 classes.append(cell_classes[r][c])
             attrs = f' class="{" ".join(classes)}"' if classes else ""
@@ -286,13 +279,16 @@ def read_results(path: PathLike) -> tuple[list[str], dict[str, dict[str, float]]
     """Columns (partitions, then ``mean`` if present) and ``{method: {column: value}}`` of a
     results table written by :func:`miracl_eval.metrics.format_table`."""
     values = published.read_results_table(path)
+    if values:  # every row has the header's columns, in its order
+        return list(next(iter(values.values()))), values
     header, _ = read_tsv(path)
     return header[1:], values
 
 
-def results_html(path: PathLike, title: str, note: str | None = None) -> str:
-    """A results table as HTML, the best value of each column in bold."""
-    columns, values = read_results(path)
+def results_html(
+    columns: Sequence[str], values: Mapping[str, Mapping[str, float]], title: str, note: str | None = None
+) -> str:
+    """A results table (as :func:`read_results` gives it) as HTML, the best value of each column in bold."""
     methods = list(values)
     best = {c: max(values[m][c] for m in methods) for c in columns} if methods else {}
     rows = [[m, *(_fmt(values[m][c]) for c in columns)] for m in methods]
@@ -391,7 +387,7 @@ def results_views_stage(
         + (", and the unweighted mean over the languages." if MEAN in columns else ".")
         + " Bold: the best method of each column."
     )
-    write_text_atomic(html_out, results_html(table, title, note))
+    write_text_atomic(html_out, results_html(columns, values, title, note))
     bar_chart(values, columns, chart_out, title, label)
     return {"methods": len(values), "columns": len(columns)}
 
@@ -405,9 +401,10 @@ def published_rows(
     """:func:`miracl_eval.published.side_by_side` rows of every measure; ``tables`` maps an
     ir_measures name (``nDCG@10``, ``R@100``) to our results table."""
     rows: list[dict[str, object]] = []
+    shipped = published.load_published()
     for measure, path in tables.items():
         ours = published.read_results_table(path)
-        rows += published.side_by_side(ours, dataset, split, measure, run_config)
+        rows += published.side_by_side(ours, dataset, split, measure, run_config, shipped)
     return rows
 
 
