@@ -132,6 +132,12 @@ def _needed(needed: Iterable[str] | pa.Array | pa.ChunkedArray | None) -> pa.Arr
     return pc.unique(needed)
 
 
+def _flat_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Positions in CSR value arrays of the entries of rows starting at ``starts`` with ``lens``
+    entries, row after row."""
+    return np.repeat(starts - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(lens.sum())
+
+
 class _IdLookup:
     """Rows addressed by string id (``self.ids``)."""
 
@@ -223,7 +229,7 @@ class SparseLookup(_IdLookup):
             if not len(keep):
                 continue
             klens = lens[keep]
-            flat = np.repeat(batch.indptr[keep] - np.r_[0, np.cumsum(klens)[:-1]], klens) + np.arange(klens.sum())
+            flat = _flat_positions(batch.indptr[keep], klens)
             ids.append(batch.ids.take(pa.array(keep)))
             lengths.append(klens)
             tokens.append(batch.tokens[flat])
@@ -306,7 +312,7 @@ def sparse_scores(pairs: pa.Table, query_weights: SparseLookup, passage_weights:
         idx = order[s:e]
         pr = prows[idx]
         lens = plens[pr]
-        flat = np.repeat(passage_weights.indptr[pr] - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(lens.sum())
+        flat = _flat_positions(passage_weights.indptr[pr], lens)
         prod = qdense[passage_weights.tokens[flat]] * passage_weights.weights[flat].astype(np.float64)
         out[idx] = np.bincount(np.repeat(np.arange(len(idx)), lens), weights=prod, minlength=len(idx))
         qdense[qtok] = 0.0

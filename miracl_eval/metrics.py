@@ -23,6 +23,9 @@ from .errors import InputError
 
 T = TypeVar("T")
 
+#: the column of the unweighted mean over the partitions in results tables (and their readers)
+MEAN = "mean"
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -152,7 +155,7 @@ def format_table(
     digits: int = 4,
 ) -> str:
     """A results table as TSV: ``method``, one column per partition, then ``mean`` (over partitions)."""
-    header = ["method", *partitions] + (["mean"] if mean_column else [])
+    header = ["method", *partitions] + ([MEAN] if mean_column else [])
     lines = ["\t".join(header)]
     for method in methods:
         row = [values[method][p] for p in partitions]

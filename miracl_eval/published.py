@@ -29,6 +29,7 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
+from . import metrics
 from .atomic import write_text_atomic
 from .config import method_names
 from .errors import InputError
@@ -39,7 +40,7 @@ COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip
 METHODS = frozenset(method_names())
-MEAN = "mean"
+MEAN = metrics.MEAN
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}
 

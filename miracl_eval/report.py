@@ -56,7 +56,7 @@ METHOD_COLORS: Mapping[str, str] = {
 }
 #: how a measure is named for readers (ir_measures' ``R@100`` is ``Recall@100`` in the paper)
 MEASURE_LABELS: Mapping[str, str] = {"nDCG@10": "nDCG@10", "R@100": "Recall@100"}
-MEAN = "mean"
+MEAN = metrics.MEAN
 SENSITIVITY_LABEL = (
     "sensitivity on the evaluation set; headline numbers use the fixed paper weights, never tuned on test queries"
 )

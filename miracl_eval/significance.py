@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from . import schemas
+from . import metrics, schemas
 from .atomic import write_text_atomic
 from .errors import InputError
 
@@ -46,7 +46,7 @@ N_PERMUTATIONS = 10_000
 N_BOOTSTRAP = 10_000
 SEED = 20240601
 BLOCK_ELEMENTS = 4_000_000  #: replicates × queries processed at once (memory bound)
-MEAN = "mean"
+MEAN = metrics.MEAN
 
 COLUMNS: tuple[str, ...] = (
     "measure", "partition", "method_a", "method_b", "mean_a", "mean_b", "diff",
