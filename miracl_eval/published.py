@@ -33,6 +33,7 @@ from . import metrics
 from .atomic import write_text_atomic
 from .config import method_names
 from .errors import InputError
+from .tsv import format_tsv
 
 PACKAGE_DIR = "data/published"
 FILES: tuple[str, ...] = ("bge_m3_miracl_ndcg10.tsv", "pyserini_miracl_bm25.tsv", "messirve_test.tsv")
@@ -314,17 +315,8 @@ def read_results_table(path: str | os.PathLike[str]) -> dict[str, dict[str, floa
     return values
 
 
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return repr(value)  # shortest round-trip representation
-    return str(value)
-
-
 def format_side_by_side(rows: Sequence[Mapping[str, object]]) -> str:
-    lines = ["\t".join(SIDE_BY_SIDE_COLUMNS)]
-    for row in rows:
-        lines.append("\t".join(_cell(row[c]) for c in SIDE_BY_SIDE_COLUMNS))
-    return "\n".join(lines) + "\n"
+    return format_tsv(SIDE_BY_SIDE_COLUMNS, rows)
 
 
 def write_side_by_side(rows: Sequence[Mapping[str, object]], path: str | os.PathLike[str]) -> None:

@@ -40,6 +40,7 @@ from . import metrics, published, schemas, sensitivity, significance
 from .atomic import atomic_output, write_text_atomic
 from .errors import InputError
 from .fusion import FUSED_COMPONENTS
+from .tsv import format_tsv, read_tsv
 
 log = logging.getLogger(__name__)
 
@@ -165,36 +166,6 @@ def run_settings(
 
 
 # --------------------------------------------------------------------------- TSV and HTML
-
-
-def read_tsv(path: PathLike) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of a tab-separated file (blank lines skipped; every row as wide as the header)."""
-    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
-        raise InputError(path, "empty table (no header line)")
-    header = lines[0].split("\t")
-    rows: list[list[str]] = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        cells = line.split("\t")
-        if len(cells) != len(header):
-            raise InputError(path, f"{len(cells)} fields, expected {len(header)}", lineno)
-        rows.append(cells)
-    return header, rows
-
-
-def format_tsv(columns: Sequence[str], rows: Iterable[Mapping[str, object]]) -> str:
-    """Rows as TSV: floats with their shortest round-trip representation, None as empty."""
-
-    def cell(v: object) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            return repr(v)
-        return str(v).replace("\t", " ").replace("\n", " ")
-
-    lines = ["\t".join(columns)]
-    lines += ["\t".join(cell(r[c]) for c in columns) for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 CSS = """
