@@ -685,8 +685,6 @@ def _write_encoded(
     total: int,
     dense_out: str | os.PathLike[str] | None,
     sparse_out: str | os.PathLike[str] | None,
-    dense_schema: pa.Schema,
-    sparse_schema: pa.Schema,
     dense_dtype: str,
     max_length: int,
     batch_size: int,
@@ -694,6 +692,8 @@ def _write_encoded(
     source: str | os.PathLike[str],
 ) -> dict[str, Any]:
     want_dense, want_sparse = dense_out is not None, sparse_out is not None
+    dense_schema = schemas.dense_schema(encoder.dim, dense_dtype, key=key)
+    sparse_schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
     rows = 0
     started = time.perf_counter()
     with _BothOrNeither([(dense_out, dense_schema), (sparse_out, sparse_schema)]) as out, _progress(total, desc) as bar:
@@ -773,8 +773,6 @@ def encode_corpus_shard(
         stop - start,
         dense_out,
         sparse_out,
-        schemas.dense_schema(encoder.dim, dense_dtype),
-        schemas.SPARSE,
         dense_dtype,
         max_length,
         batch_size,
@@ -816,8 +814,6 @@ def encode_queries(
         n_rows,
         dense_out,
         sparse_out,
-        schemas.dense_schema(encoder.dim, key="qid"),
-        schemas.QUERY_SPARSE,
         "float32",
         max_length,
         batch_size,
