@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -108,6 +109,16 @@ def score_candidates(
     )
 
 
+class ScoredInputs(TypedDict):
+    """What a query chunk's candidates are scored from, and where the scores go."""
+
+    query_dense: PathLike
+    query_sparse: PathLike
+    passage_dense: Sequence[PathLike]  # shards
+    passage_sparse: Sequence[PathLike]  # shards
+    output: PathLike
+
+
 def _run_rows(run: PathLike, qids: pa.Array) -> pa.Table:
     """The rows of a run whose query is in ``qids``, streamed (the whole run is never held)."""
     batches = [b.filter(pc.is_in(b.column("qid"), value_set=qids)) for b in schemas.iter_batches(run, schemas.RUN)]
@@ -119,11 +130,7 @@ def _score_chunk(
     queries: PathLike,
     chunk: int,
     chunk_index: int,
-    query_dense: PathLike,
-    query_sparse: PathLike,
-    passage_dense: Sequence[PathLike],
-    passage_sparse: Sequence[PathLike],
-    output: PathLike,
+    scored: ScoredInputs,
     multivec: dict | None = None,
 ) -> int:
     """Score one query chunk's candidate pairs and write the ``COMPONENTS`` Parquet; returns #pairs.
@@ -134,8 +141,15 @@ def _score_chunk(
     """
     qids = pa.array(query_chunk_ids(queries, chunk, chunk_index), pa.string())
     pairs = candidates(lambda run: _run_rows(run, qids))
-    table = score_candidates(pairs, query_dense, query_sparse, passage_dense, passage_sparse, multivec=multivec)
-    schemas.write_table(table, output, COMPONENTS)
+    table = score_candidates(
+        pairs,
+        scored["query_dense"],
+        scored["query_sparse"],
+        scored["passage_dense"],
+        scored["passage_sparse"],
+        multivec=multivec,
+    )
+    schemas.write_table(table, scored["output"], COMPONENTS)
     return len(table)
 
 
@@ -145,14 +159,11 @@ def union_components_stage(
     queries: PathLike,
     chunk: int,
     chunk_index: int,
-    *scored: PathLike | Sequence[PathLike],
+    scored: ScoredInputs,
 ) -> int:
-    """Stage: component scores of one query chunk's union of the dense and sparse lists.
-
-    ``scored``: query dense, query sparse, passage dense shards, passage sparse shards, output.
-    """
+    """Stage: component scores of one query chunk's union of the dense and sparse lists."""
     return _score_chunk(
-        lambda rows: candidate_union(rows(dense_run), rows(sparse_run)), queries, chunk, chunk_index, *scored
+        lambda rows: candidate_union(rows(dense_run), rows(sparse_run)), queries, chunk, chunk_index, scored
     )
 
 
@@ -162,17 +173,16 @@ def rerank_components_stage(
     queries: PathLike,
     chunk: int,
     chunk_index: int,
-    *scored: PathLike | Sequence[PathLike],
+    scored: ScoredInputs,
     **encoder: object,
 ) -> int:
     """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``.
 
-    ``scored`` as for :func:`union_components_stage`; ``encoder``: model, corpus, max lengths,
-    batch size, device and dtype (see :func:`score_candidates`).
+    ``encoder``: model, corpus, max lengths, batch size, device and dtype (see :func:`score_candidates`).
     """
     multivec = {"queries": queries, **encoder}
     return _score_chunk(
-        lambda rows: dense_candidates(rows(dense_run), depth), queries, chunk, chunk_index, *scored, multivec=multivec
+        lambda rows: dense_candidates(rows(dense_run), depth), queries, chunk, chunk_index, scored, multivec=multivec
     )
 
 

@@ -15,10 +15,12 @@ run_stage(
         i.queries,
         sm.params.chunk_size,
         int(sm.wildcards.chunk),
-        i.query_dense,
-        i.query_sparse,
-        list(i.passage_dense),
-        list(i.passage_sparse),
-        sm.output[0],
+        {
+            "query_dense": i.query_dense,
+            "query_sparse": i.query_sparse,
+            "passage_dense": list(i.passage_dense),
+            "passage_sparse": list(i.passage_sparse),
+            "output": sm.output[0],
+        },
     ),
 )
