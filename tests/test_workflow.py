@@ -94,9 +94,7 @@ def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None
         searcher = LuceneSearcher(str(index))
         searcher.set_bm25(0.9, 0.4)
         analysis.configure_searcher(searcher)
-        queries = pq.readread_results_table(
-            sample_run / "resources" / "miracl" / "topics" / lang / "queries.parquet"
-        ).to_pylist()
+        queries = pq.read_table(sample_run / "resources" / "miracl" / "topics" / lang / "queries.parquet").to_pylist()
         run = read_run(sample_run / "runs" / "miracl" / lang / "bm25.parquet").to_pylist()
         for q in queries:
             (text,) = analysis.prepare_queries([q["query"]])
