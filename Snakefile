@@ -32,6 +32,7 @@ include: "rules/encode.smk"
 include: "rules/dense.smk"
 include: "rules/sparse.smk"
 include: "rules/fusion.smk"
+include: "rules/hybrid.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
 
@@ -43,9 +44,5 @@ localrules:
 rule all:
     default_target: True
     input:
-        expand(
-            "results/{dataset}_{measure}.tsv",
-            dataset=DATASET.name,
-            measure=MEASURE_KEYS,
-        ),
+        expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
         REPORT_TARGETS,

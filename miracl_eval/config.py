@@ -9,57 +9,82 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from .datasets import get_dataset
 from .errors import ConfigError
+from .hybrid import HYBRID_SCHEMA, check_hybrid
+from .models import resolve_models
 from .preprocess import check_template
+from .schema_tools import coerce_strings, fill_defaults, first_error
+from .systems import parse_methods
 
 PLACEHOLDERS = ("{lang}", "{partition}")
 
 
+#: keys of the one-model layout, with the form that replaces each
+LEGACY_KEYS: Mapping[str, str] = {
+    "model": "models: {bge-m3: {checkpoint: PATH_OR_HUB_ID}} (each model is named under `models`)",
+    "fusion": "models: {bge-m3: {weights: {dense: 1.0, sparse: 0.3, multivec: 1.0}}}",
+    "sparse_quantization": "models: {bge-m3: {quantization: {scale: 100, rounding: ceil}}}",
+    "rerank_depth": "models: {bge-m3: {rerank_depth: 200}}",
+    "encoder.query_max_length": "models: {bge-m3: {query_max_length: 256}}",
+    "encoder.passage_max_length": "models: {bge-m3: {passage_max_length: 512}}",
+}
+
+
 @cache
 def schema() -> dict[str, Any]:
+    """The config's JSON schema, with the hybrids' settings schema from :mod:`miracl_eval.hybrid`."""
     text = (Path(__file__).parent / "config.schema.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    data = yaml.safe_load(text)
+    data["$defs"] = {"hybrid": copy.deepcopy(dict(HYBRID_SCHEMA))}
+    return data
 
 
-def method_names() -> tuple[str, ...]:
-    """Every method the config's ``methods`` list takes, in the schema's order."""
-    return tuple(schema()["properties"]["methods"]["items"]["enum"])
+def _check_legacy(cfg: Mapping[str, Any]) -> None:
+    for key, new in LEGACY_KEYS.items():
+        head, _, tail = key.partition(".")
+        present = head in cfg if not tail else isinstance(cfg.get(head), Mapping) and tail in cfg[head]
+        if present:
+            raise ConfigError(key, f"is no longer a setting; write instead: {new}")
 
 
-def _fill_defaults(value: dict[str, Any], node: Mapping[str, Any]) -> None:
-    for key, prop in node.get("properties", {}).items():
-        if key not in value and "default" in prop:
-            value[key] = copy.deepcopy(prop["default"])
-        if isinstance(value.get(key), dict) and prop.get("type") == "object":
-            _fill_defaults(value[key], prop)
-
-
-def _key(path: Any) -> str:
-    parts = [str(p) for p in path]
-    return ".".join(parts) if parts else "(top level)"
+def _resolve_schema_refs(node: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` with ``$ref``s to ``#/$defs/...`` replaced (for string coercion and defaults)."""
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return _resolve_schema_refs(root["$defs"][name], root)
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if isinstance(v, Mapping):
+            out[k] = (
+                _resolve_schema_refs(v, root)
+                if k != "properties"
+                else {pk: _resolve_schema_refs(pv, root) for pk, pv in v.items()}
+            )
+        else:
+            out[k] = v
+    return out
 
 
 def validate(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate ``config`` and return a copy with defaults filled in.
+    """Validate ``config`` and return a copy with defaults filled in and every model resolved.
 
-    Raises :class:`ConfigError` naming the first offending key.
+    Strings are converted where the schema wants numbers, integers or booleans (nested ``--config``
+    values arrive as strings). Raises :class:`ConfigError` naming the first offending key.
     """
-    cfg = copy.deepcopy(dict(config))
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        err = errors[0]
-        key = _key(err.absolute_path)
-        if err.validator == "required":
-            missing = err.message.split("'")[1] if "'" in err.message else err.message
-            key = _key([*err.absolute_path, missing])
-            raise ConfigError(key, "is required")
-        raise ConfigError(key, err.message)
-    _fill_defaults(cfg, schema())
+    _check_legacy(config)
+    full = _resolve_schema_refs(schema(), schema())
+    cfg = coerce_strings(copy.deepcopy(dict(config)), full)
+    err = first_error(cfg, schema())
+    if err is not None:
+        raise ConfigError(err[0] or "(top level)", err[1])
+    fill_defaults(cfg, full)
+    cfg["models"] = resolve_models(cfg["models"])
+    for name, hybrid in cfg["hybrids"].items():
+        check_hybrid(name, hybrid)
+    parse_methods(cfg["methods"], cfg["models"], cfg["hybrids"])
     dataset = get_dataset(cfg["dataset"])
     bad = [p for p in cfg["languages"] if p not in dataset.partitions]
     if bad:

@@ -5,11 +5,15 @@ paper, table and revision of every one. A published number is compared with one 
 when the run's configuration matches the source's:
 
 * same dataset, split and measure;
-* same method (our ``bm25``, ``dense``, ``sparse``, ``multivec``, ``dense+sparse``, ``all``;
-  published rows without a workflow counterpart have method ``-`` and are never matched);
-* same model, for rows that name one (the M3-Embedding rows need ``model: BAAI/bge-m3``);
-* every ``key=value`` requirement of the row's ``config`` column holds in the run's (flattened)
-  configuration, e.g. ``fusion.sparse=0.3`` or ``bm25.tokenizer=lucene-analyzer``.
+* same method: the row's method (``bm25``, a model family's method such as ``dense``,
+  ``sparse``, ``multivec``, ``dense+sparse``, ``all``, or ``hybrid``); published rows without a
+  workflow counterpart have method ``-`` and are never matched;
+* same checkpoint, for rows that name one (the M3-Embedding rows need a model whose
+  ``checkpoint`` is ``BAAI/bge-m3``; a hybrid's checkpoint is its models' joined with ``+``);
+* every ``key=value`` requirement of the row's ``config`` column holds in the row's facts
+  (:func:`miracl_eval.systems.system_facts`: the flattened run configuration plus the model's
+  settings as ``model.<setting>`` and a hybrid's as ``hybrid.<setting>``), e.g.
+  ``model.weights.sparse=0.3``, ``model.pooling=mean`` or ``bm25.tokenizer=lucene-analyzer``.
 
 Facts that are true of every run of this workflow but are not configuration keys are added
 from :data:`IMPLICIT_CONFIG` (BM25 always analyses text with Lucene analyzers, as pyserini).
@@ -31,8 +35,8 @@ from pathlib import Path
 
 from . import metrics
 from .atomic import write_text_atomic
-from .config import method_names
 from .errors import InputError
+from .systems import METHOD_NAMES, system_facts
 from .tsv import format_tsv
 
 PACKAGE_DIR = "data/published"
@@ -40,7 +44,7 @@ FILES: tuple[str, ...] = ("bge_m3_miracl_ndcg10.tsv", "pyserini_miracl_bm25.tsv"
 COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip
-METHODS = frozenset(method_names())
+METHODS = frozenset({*METHOD_NAMES, "hybrid"})
 MEAN = metrics.MEAN
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}
@@ -165,18 +169,6 @@ def load_published(files: Iterable[str] | None = None) -> list[Row]:
 # --------------------------------------------------------------------------- matching
 
 
-def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """``{"fusion": {"sparse": 0.3}}`` → ``{"fusion.sparse": 0.3}``."""
-    flat: dict[str, object] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def _same(ours: object, theirs: str) -> bool:
     if ours is None or isinstance(ours, Mapping | list | tuple):
         return False
@@ -188,16 +180,17 @@ def _same(ours: object, theirs: str) -> bool:
         return str(ours) == theirs
 
 
-def mismatch(row: Row, method: str, run_config: Mapping[str, object]) -> str | None:
-    """Why ``row`` is not comparable with our ``method`` under ``run_config`` (None if it is)."""
-    return _mismatch(row, method, _facts(run_config))
+def mismatch(row: Row, label: str, run_config: Mapping[str, object]) -> str | None:
+    """Why ``row`` is not comparable with our row ``label`` under ``run_config`` (None if it is)."""
+    return _mismatch(row, _facts(run_config, label))
 
 
-def _facts(run_config: Mapping[str, object]) -> dict[str, object]:
-    return {**IMPLICIT_CONFIG, **flatten_config(run_config)}
+def _facts(run_config: Mapping[str, object], label: str) -> dict[str, object]:
+    return {**IMPLICIT_CONFIG, **system_facts(run_config, label)}
 
 
-def _mismatch(row: Row, method: str, facts: Mapping[str, object]) -> str | None:
+def _mismatch(row: Row, facts: Mapping[str, object]) -> str | None:
+    method = facts["method"]
     if row.method == "-":
         return f"{row.system} has no counterpart in this workflow"
     if row.method != method:
@@ -241,7 +234,7 @@ def side_by_side(
 ) -> list[dict[str, object]]:
     """Our values next to every comparable published value.
 
-    ``ours`` maps method → partition → value (0–1). A published ``mean`` (the source's average
+    ``ours`` maps a row label (``bm25``, ``bge-m3/all``, ...) → partition → value (0–1). A published ``mean`` (the source's average
     over its languages) is compared only with a mean over the same languages: ours over all of
     them (``ours[method]["mean"]`` if we have exactly those languages, else their mean), or an
     explicit ``mean`` given alone. A mean over a subset of languages is never compared.
@@ -256,11 +249,11 @@ def side_by_side(
     for r in relevant:
         if r.partition != MEAN:
             languages.setdefault((r.source_id, r.system), []).append(r.partition)
-    facts = _facts(run_config)
     out: list[dict[str, object]] = []
     for method, values in ours.items():
+        facts = _facts(run_config, method)
         for r in relevant:
-            if _mismatch(r, method, facts) is not None:
+            if _mismatch(r, facts) is not None:
                 continue
             langs = languages.get((r.source_id, r.system)) or _dataset_partitions(dataset)
             mine = _our_value(values, r.partition, langs)

@@ -31,30 +31,19 @@ import io
 import logging
 import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import metrics, published, schemas, sensitivity, significance
 from .atomic import atomic_output, write_text_atomic
-from .errors import InputError
-from .fusion import FUSED_COMPONENTS
+from .report_plan import row_colors
 from .tsv import format_tsv, read_tsv
 
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
-#: the workflow's methods in display order, each with a fixed colour in every chart
-METHOD_COLORS: Mapping[str, str] = {
-    "bm25": "#7f7f7f",
-    "dense": "#1f77b4",
-    "sparse": "#ff7f0e",
-    "multivec": "#2ca02c",
-    "dense+sparse": "#9467bd",
-    "all": "#d62728",
-}
 #: how a measure is named for readers (ir_measures' ``R@100`` is ``Recall@100`` in the paper)
 MEASURE_LABELS: Mapping[str, str] = {"nDCG@10": "nDCG@10", "R@100": "Recall@100"}
 MEAN = metrics.MEAN
@@ -65,104 +54,10 @@ TOP_DIFFERENCES_COLUMNS: tuple[str, ...] = (
     "measure", "partition", "method_a", "method_b", "direction", "rank", "qid", "query", "value_a", "value_b", "diff",
 )  # fmt: skip
 SETTINGS_COLUMNS: tuple[str, ...] = ("section", "setting", "value")
-STAGE_COSTS_COLUMNS: tuple[str, ...] = ("rule", "jobs", "total_s", "max_s", "max_rss_mb")
 
 
 def measure_label(name: str) -> str:
     return MEASURE_LABELS.get(name, name)
-
-
-# --------------------------------------------------------------------------- method pairs
-
-
-def comparison_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
-    """The ``(method_a, method_b)`` pairs compared on the same queries, from the methods alone.
-
-    Every method against ``bm25`` (when ``bm25`` is one of them), then ``all`` and
-    ``dense+sparse`` against ``dense`` (when present): what each BGE-M3 retrieval mode adds
-    over lexical retrieval, and what fusion adds over dense retrieval alone.
-    """
-    present = list(dict.fromkeys(methods))
-    pairs: list[tuple[str, str]] = []
-    if "bm25" in present:
-        pairs += [(m, "bm25") for m in present if m != "bm25"]
-    if "dense" in present:
-        pairs += [(m, "dense") for m in ("all", "dense+sparse") if m in present]
-    return list(dict.fromkeys(pairs))
-
-
-def report_inputs(dataset: str, measure_keys: Sequence[str], methods: Sequence[str]) -> list[str]:
-    """The files the report shows, but the stage costs (which summarise the jobs of all of them):
-    a function of the methods alone (significance needs a pair, sensitivity a fused method)."""
-    files = [f"results/{dataset}_{key}.{ext}" for key in measure_keys for ext in ("html", "svg")]
-    files += [f"results/{dataset}_published.{ext}" for ext in ("tsv", "html")]
-    if comparison_pairs(methods):
-        files += [
-            f"results/{dataset}_{name}.{ext}" for name in ("significance", "top_differences") for ext in ("tsv", "html")
-        ]
-    if any(m in sensitivity.METHODS for m in methods):
-        files += [f"results/{dataset}_sensitivity.{ext}" for ext in ("tsv", "svg")]
-    files += [f"results/{dataset}_settings.{ext}" for ext in ("tsv", "html")]
-    return files
-
-
-ENCODER_KEYS: tuple[str, ...] = (
-    "query_max_length", "passage_max_length", "batch_size", "shard_size", "device", "dtype", "dense_dtype",
-)  # fmt: skip
-DENSE_INDEX_KEYS: Mapping[str, tuple[str, ...]] = {
-    "flat": (),
-    "hnsw": ("hnsw_m", "hnsw_ef_search"),
-    "ivfpq": ("ivf_lists", "pq_m", "nprobe"),
-}
-
-
-def run_settings(
-    config: Mapping[str, Any],
-    dataset: str,
-    languages: bool = True,
-    pairs: Sequence[Sequence[str]] = (),
-    significance_settings: Mapping[str, object] | None = None,
-) -> dict[str, dict[str, object]]:
-    """The settings a reader needs to interpret the numbers, by section and configuration key,
-    from the validated configuration; only those of the configured methods. ``languages``:
-    whether the partitions are languages (MIRACL) or not (MessIRve)."""
-    methods = list(config["methods"])
-    source = config.get("source")
-    settings: dict[str, dict[str, object]] = {
-        "data": {
-            "dataset": dataset,
-            "split": config["split"],
-            "languages" if languages else "partitions": list(config["languages"]),
-            "source": dict(source) if source else f"Hugging Face hub, revision {config['hub']['revision']}",
-            "title_join": config["title_join"],
-        },
-        "retrieval": {"methods": methods, "hits": config["hits"]},
-    }
-    if "bm25" in methods:
-        settings["bm25"] = {f"bm25.{k}": v for k, v in config["bm25"].items()}
-    if any(m != "bm25" for m in methods):
-        enc = config["encoder"]
-        settings["BGE-M3"] = {"model": config["model"]} | {f"encoder.{k}": enc[k] for k in ENCODER_KEYS if k in enc}
-    if {"dense", "multivec", "all"} & set(methods):
-        index = config["dense_index"]
-        keys = ("type", *DENSE_INDEX_KEYS.get(index["type"], ()), "gpu")
-        settings["dense index"] = {f"dense_index.{k}": index[k] for k in keys if k in index}
-    if "sparse" in methods:
-        settings["sparse"] = {"sparse_quantization": config["sparse_quantization"]}
-    if {"multivec", "all"} & set(methods):
-        settings["multi-vector rerank"] = {"rerank_depth": config["rerank_depth"], "query_chunk": config["query_chunk"]}
-    weights = {c for m in methods for c in FUSED_COMPONENTS.get(m, ())}
-    if weights:
-        settings["fusion"] = {
-            f"fusion.{c}": config["fusion"][c] for c in ("dense", "sparse", "multivec") if c in weights
-        }
-    if pairs:
-        sig = dict(significance_settings or {})
-        settings["significance"] = {"pairs (A vs B)": [f"{a} vs {b}" for a, b in pairs]} | {
-            {"n_permutations": "permutations", "n_bootstrap": "bootstrap resamples"}.get(k, k): v
-            for k, v in sig.items()
-        }
-    return settings
 
 
 # --------------------------------------------------------------------------- TSV and HTML
@@ -223,7 +118,7 @@ def html_table(
         out.append(f'<tr class="{rc}">' if rc else "<tr>")
         for c, value in enumerate(row):
             text = str(value)
-            classes = ["num"] if c not in text_cols and _number(text) is not None else []
+            classes = ["num"] if c not in text_cols and parse_number(text) is not None else []
             if cell_classes and cell_classes[r][c]:
                 classes.append(cell_classes[r][c])
             attrs = f' class="{" ".join(classes)}"' if classes else ""
@@ -301,12 +196,6 @@ def _save(fig: Any, output: PathLike) -> None:
         tmp.write_bytes(buf.getvalue())
 
 
-def method_color(method: str, index: int = 0) -> str:
-    if method in METHOD_COLORS:
-        return METHOD_COLORS[method]
-    return f"C{index % 10}"
-
-
 def bar_chart(
     values: Mapping[str, Mapping[str, float]],
     columns: Sequence[str],
@@ -324,11 +213,12 @@ def bar_chart(
     fig, ax = plt.subplots(figsize=(width, 4.2))
     bar = 0.8 / n_methods
     top = 0.0
+    colors = row_colors(methods)
     for i, method in enumerate(methods):
         xs = [g + (i - (n_methods - 1) / 2) * bar for g in range(n_groups)]
         ys = [values[method][c] for c in columns]
         top = max(top, *ys) if ys else top
-        ax.bar(xs, ys, bar, label=method, color=method_color(method, i), edgecolor="white", linewidth=0.4)
+        ax.bar(xs, ys, bar, label=method, color=colors[method], edgecolor="white", linewidth=0.4)
     ax.set_xticks(range(n_groups), [str(c) for c in columns])
     if MEAN in columns:
         ax.axvline(columns.index(MEAN) - 0.5, color="#555", linestyle=":", linewidth=1)
@@ -675,7 +565,8 @@ def sensitivity_plot(
             ax.set_visible(False)
             continue
         part = panels[k]
-        for i, m in enumerate(methods):
+        colors = row_colors(methods)
+        for m in methods:
             pts = sorted(data.get((part, m), []))
             if pts:
                 ax.plot(
@@ -684,7 +575,7 @@ def sensitivity_plot(
                     marker="o",
                     markersize=3,
                     label=m,
-                    color=method_color(m, i),
+                    color=colors[m],
                 )
         ax.axvline(fixed_weight, color="#555", linestyle="--", linewidth=1)
         ax.set_title(part, fontsize=10, fontweight="bold" if part == MEAN else "normal")
@@ -793,170 +684,9 @@ def settings_stage(
     return {"rows": len(rows)}
 
 
-# --------------------------------------------------------------------------- stage costs
-
-
-_WILDCARD = re.compile(r"\{\s*(\w+)\s*(?:,([^{}]*(?:\{[^{}]*\}[^{}]*)*))?\}")
-
-
-def plain_pattern(pattern: str) -> str:
-    """A Snakemake file pattern without its wildcards' regex constraints: ``{part,sw|yo}`` →
-    ``{part}`` (a constraint built from a set changes order from one run to the next)."""
-    return _WILDCARD.sub(lambda m: "{" + m.group(1) + "}", pattern)
-
-
-def pattern_regex(pattern: str) -> re.Pattern[str]:
-    """A regex for a Snakemake file pattern: each ``{name}`` (or ``{name,regex}``) matches one
-    path segment (or its own regex) and is captured; a repeated name must repeat its value."""
-    out: list[str] = []
-    seen: set[str] = set()
-    pos = 0
-    for m in _WILDCARD.finditer(pattern):
-        out.append(re.escape(pattern[pos : m.start()]))
-        name, constraint = m.group(1), m.group(2)
-        if name in seen:
-            out.append(f"(?P={name})")
-        else:
-            out.append(f"(?P<{name}>{constraint.strip() if constraint else '[^/]+'})")
-            seen.add(name)
-        pos = m.end()
-    out.append(re.escape(pattern[pos:]))
-    return re.compile("".join(out) + r"\Z")
-
-
-def identify_benchmark(
-    path: str, patterns: Mapping[str, str], compiled: Mapping[str, re.Pattern[str]] | None = None
-) -> tuple[str, dict[str, str]] | None:
-    """The rule (and wildcards) whose benchmark pattern matches ``path``; the most specific
-    pattern (most literal characters) wins. None when no pattern matches."""
-    compiled = compiled or {rule: pattern_regex(p) for rule, p in patterns.items()}
-    best: tuple[int, str, dict[str, str]] | None = None
-    for rule, rx in compiled.items():
-        m = rx.match(path)
-        if m:
-            literal = len(re.sub(r"\{[^{}]*\}", "", patterns[rule]))
-            if best is None or literal > best[0]:
-                best = (literal, rule, m.groupdict())
-    return (best[1], best[2]) if best else None
-
-
-def _number(text: str) -> float | None:
+def parse_number(text: str) -> float | None:
     try:
         v = float(text)
     except ValueError:
         return None
     return v if math.isfinite(v) else None
-
-
-def read_benchmark(path: PathLike) -> list[dict[str, float | None]]:
-    """The runs of one Snakemake benchmark file: ``s`` (wall seconds) and ``max_rss`` (MB);
-    a value Snakemake could not measure (``-``, ``NA``) is None."""
-    header, rows = read_tsv(path)
-    if "s" not in header:
-        raise InputError(path, "not a Snakemake benchmark file (no 's' column)", 1)
-    i_s = header.index("s")
-    i_rss = header.index("max_rss") if "max_rss" in header else None
-    return [{"s": _number(r[i_s]), "max_rss": _number(r[i_rss]) if i_rss is not None else None} for r in rows]
-
-
-def stage_costs(
-    files: Iterable[PathLike],
-    patterns: Mapping[str, str],
-    allowed: Mapping[str, Sequence[str]] | None = None,
-    skip_rules: Iterable[str] = (),
-    root: PathLike | None = None,
-) -> list[dict[str, object]]:
-    """Time and peak memory per rule (rows of :data:`STAGE_COSTS_COLUMNS`), rules in the order
-    of ``patterns`` (rule → benchmark pattern, relative to ``root``).
-
-    A file is counted when it matches a rule's pattern, the rule is not in ``skip_rules``, and
-    each wildcard named in ``allowed`` has one of the allowed values (so benchmark files left by
-    runs of other partitions, methods or datasets are not counted). A job benchmarked with
-    repeats counts its mean time. ``total_s`` sums the jobs' wall-clock seconds (CPU-parallel
-    jobs overlap, so it can exceed the run's elapsed time); ``max_rss_mb`` is the largest peak
-    resident memory of one job.
-    """
-    skip = set(skip_rules)
-    compiled = {rule: pattern_regex(p) for rule, p in patterns.items()}
-    acc: dict[str, dict[str, Any]] = {}
-    for f in sorted(str(x) for x in files):
-        rel = os.path.relpath(f, root) if root is not None else f
-        rel = rel.replace(os.sep, "/")
-        found = identify_benchmark(rel, patterns, compiled)
-        if found is None:
-            log.info("%s: no rule's benchmark pattern matches; not counted", rel)
-            continue
-        rule, wildcards = found
-        if rule in skip:
-            continue
-        if allowed and any(k in allowed and v not in allowed[k] for k, v in wildcards.items()):
-            log.info("%s: wildcards %s are not this run's; not counted", rel, wildcards)
-            continue
-        runs = read_benchmark(f)
-        if not runs:
-            continue
-        secs = [r["s"] for r in runs if r["s"] is not None]
-        rss = [r["max_rss"] for r in runs if r["max_rss"] is not None]
-        a = acc.setdefault(rule, {"jobs": 0, "total": 0.0, "max": None, "rss": None})
-        a["jobs"] += 1
-        if secs:
-            a["total"] += sum(secs) / len(secs)
-            a["max"] = max(secs) if a["max"] is None else max(a["max"], *secs)
-        if rss:
-            a["rss"] = max(rss) if a["rss"] is None else max(a["rss"], *rss)
-    order = {rule: i for i, rule in enumerate(patterns)}
-    return [
-        {
-            "rule": rule,
-            "jobs": a["jobs"],
-            "total_s": round(a["total"], 2),
-            "max_s": None if a["max"] is None else round(a["max"], 2),
-            "max_rss_mb": None if a["rss"] is None else round(a["rss"], 1),
-        }
-        for rule, a in sorted(acc.items(), key=lambda kv: order.get(kv[0], len(order)))
-    ]
-
-
-def stage_costs_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
-    def num(v: object, digits: int) -> str:
-        return "-" if v is None else f"{float(v):.{digits}f}"  # type: ignore[arg-type]
-
-    table = [[r["rule"], r["jobs"], num(r["total_s"], 1), num(r["max_s"], 1), num(r["max_rss_mb"], 0)] for r in rows]
-    classes: list[str] = [""] * len(table)
-    if rows:
-        rss = [float(r["max_rss_mb"]) for r in rows if r["max_rss_mb"] is not None]  # type: ignore[arg-type]
-        maxs = [float(r["max_s"]) for r in rows if r["max_s"] is not None]  # type: ignore[arg-type]
-        table.append(
-            [
-                "all rules",
-                sum(int(r["jobs"]) for r in rows),  # type: ignore[call-overload]
-                num(sum(float(r["total_s"]) for r in rows), 1),  # type: ignore[arg-type]
-                num(max(maxs) if maxs else None, 1),
-                num(max(rss) if rss else None, 0),
-            ]
-        )
-        classes.append("total")
-    note = (
-        "From each job's benchmark file (stats/…): wall-clock seconds and peak resident memory (RSS). "
-        "'total s' adds the jobs' times; jobs run in parallel overlap, so it can exceed the elapsed time."
-    )
-    header = ["rule", "jobs", "total s", "max s", "max RSS MB"]
-    return html_page(title, html_table(header, table, row_classes=classes), note)
-
-
-def stage_costs_stage(
-    stats_dir: PathLike,
-    patterns: Mapping[str, str],
-    tsv_out: PathLike,
-    html_out: PathLike,
-    allowed: Mapping[str, Sequence[str]] | None = None,
-    skip_rules: Iterable[str] = (),
-    root: PathLike = ".",
-    dataset: str = "",
-) -> dict[str, int]:
-    """Stage entry point: every benchmark file under ``stats_dir``, summarised per rule."""
-    files = sorted(Path(stats_dir).rglob("*.tsv")) if Path(stats_dir).is_dir() else []
-    rows = stage_costs(files, patterns, allowed, skip_rules, root)
-    write_text_atomic(tsv_out, format_tsv(STAGE_COSTS_COLUMNS, rows))
-    write_text_atomic(html_out, stage_costs_html(rows, f"Stage costs — {dataset}" if dataset else "Stage costs"))
-    return {"rules": len(rows), "jobs": sum(int(r["jobs"]) for r in rows)}  # type: ignore[call-overload]

@@ -105,10 +105,12 @@ class Components:
 
 
 def method_weights(method: str, sparse_weight: float) -> dict[str, float]:
-    """The fusion weights of ``method`` with the sparse weight varied (dense and multivec 1)."""
-    if method not in METHODS:
+    """The fusion weights of ``method`` (a fused method, or a row ``{model}/{method}``) with the
+    sparse weight varied (dense and multivec 1)."""
+    fused = method.rpartition("/")[2]
+    if fused not in METHODS:
         raise ValueError(f"unknown fused method {method!r}; valid: {', '.join(METHODS)}")
-    return {c: float(sparse_weight) if c == "sparse" else 1.0 for c in FUSED_COMPONENTS[method]}
+    return {c: float(sparse_weight) if c == "sparse" else 1.0 for c in FUSED_COMPONENTS[fused]}
 
 
 def evaluate_hits(

@@ -43,14 +43,29 @@ PathLike = str | os.PathLike[str]
 FACTOR = 100
 
 
-def quantize(weight: float, factor: float = FACTOR) -> int:
-    """Integer impact of a lexical weight: ``ceil(weight * factor)`` (0 means: drop the term)."""
-    return math.ceil(float(weight) * factor)
+ROUNDINGS = ("ceil", "round")
 
 
-def quantize_array(weights: np.ndarray, factor: float = FACTOR) -> np.ndarray:
+def quantize(weight: float, factor: float = FACTOR, rounding: str = "ceil") -> int:
+    """Integer impact of a lexical weight: ``ceil(weight * factor)`` (BGE-M3's, the default) or
+    ``round(weight * factor)`` (half to even, as Python's ``round``; pyserini's SPLADE impacts are
+    ``round(w / 5 * 256)``, i.e. factor 51.2). 0 means: drop the term."""
+    scaled = float(weight) * factor
+    if rounding == "ceil":
+        return math.ceil(scaled)
+    if rounding == "round":
+        return round(scaled)
+    raise ValueError(f"rounding must be one of {ROUNDINGS}, not {rounding!r}")
+
+
+def quantize_array(weights: np.ndarray, factor: float = FACTOR, rounding: str = "ceil") -> np.ndarray:
     """Vectorised :func:`quantize` (computed in float64, so identical to it)."""
-    return np.ceil(np.asarray(weights, dtype=np.float64) * factor).astype(np.int64)
+    scaled = np.asarray(weights, dtype=np.float64) * factor
+    if rounding == "ceil":
+        return np.ceil(scaled).astype(np.int64)
+    if rounding == "round":
+        return np.rint(scaled).astype(np.int64)
+    raise ValueError(f"rounding must be one of {ROUNDINGS}, not {rounding!r}")
 
 
 def term(token_id: int) -> str:
@@ -163,9 +178,9 @@ def load_sparse(paths: PathLike | Sequence[PathLike], key: str | None = None) ->
     return out
 
 
-def _impact_vectors(batch: SparseBatch, factor: float) -> Iterator[tuple[str, dict[str, int]]]:
+def _impact_vectors(batch: SparseBatch, factor: float, rounding: str) -> Iterator[tuple[str, dict[str, int]]]:
     """``(id, {term: impact})`` per row, terms whose impact is 0 dropped (may leave it empty)."""
-    impacts = quantize_array(batch.weights, factor)
+    impacts = quantize_array(batch.weights, factor, rounding)
     for i, ident in enumerate(batch.ids.to_pylist()):
         lo, hi = batch.indptr[i], batch.indptr[i + 1]
         yield (
@@ -174,9 +189,11 @@ def _impact_vectors(batch: SparseBatch, factor: float) -> Iterator[tuple[str, di
         )
 
 
-def query_string(weights: dict[int, float], factor: float = FACTOR) -> str:
+def query_string(weights: dict[int, float], factor: float = FACTOR, rounding: str = "ceil") -> str:
     """Pretokenized query: each term repeated its integer weight times, separated by spaces."""
-    return " ".join(" ".join([term(t)] * q) for t, w in sorted(weights.items()) if (q := quantize(w, factor)) > 0)
+    return " ".join(
+        " ".join([term(t)] * q) for t, w in sorted(weights.items()) if (q := quantize(w, factor, rounding)) > 0
+    )
 
 
 # --------------------------------------------------------------------------- indexing
@@ -186,6 +203,7 @@ def build_sparse_index(
     shards: Sequence[PathLike],
     index_out: PathLike,
     factor: float = FACTOR,
+    rounding: str = "ceil",
     threads: int = 1,
     log_path: PathLike | None = None,
     heap: str = "4g",
@@ -204,7 +222,7 @@ def build_sparse_index(
         kept = total = 0
         for batch in iter_sparse_batches(shards, key="docid"):
             total += len(batch)
-            for docid, vector in _impact_vectors(batch, factor):
+            for docid, vector in _impact_vectors(batch, factor, rounding):
                 if vector:
                     kept += 1
                     yield docid, vector
@@ -222,12 +240,15 @@ def build_sparse_index(
 
 
 def iter_query_vectors(
-    query_sparse_parquet: PathLike, factor: float = FACTOR, chunk: int = retrieval.QUERY_CHUNK
+    query_sparse_parquet: PathLike,
+    factor: float = FACTOR,
+    rounding: str = "ceil",
+    chunk: int = retrieval.QUERY_CHUNK,
 ) -> Iterator[tuple[list[str], list[dict[str, int]]]]:
     """``(qids, [{term: impact}])`` in chunks; queries without any term are left out (no hits)."""
     for batch in iter_sparse_batches(query_sparse_parquet, key="qid", batch_rows=chunk):
         qids, vectors = [], []
-        for qid, vector in _impact_vectors(batch, factor):
+        for qid, vector in _impact_vectors(batch, factor, rounding):
             if vector:
                 qids.append(qid)
                 vectors.append(vector)
@@ -241,6 +262,7 @@ def sparse_search(
     run_parquet: PathLike,
     run_trec: PathLike,
     factor: float = FACTOR,
+    rounding: str = "ceil",
     k: int = 1000,
     threads: int = 1,
     tag: str = "sparse",
@@ -251,7 +273,9 @@ def sparse_search(
     Anserini as ``{term: weight}`` maps (no term is dropped, unlike pyserini's string queries, which
     filter terms by idf), and :func:`retrieval.impact_search` rounds Anserini's tie offsets away.
     """
-    n = impact_search(index, iter_query_vectors(query_sparse_parquet, factor), run_parquet, run_trec, k, threads, tag)
+    n = impact_search(
+        index, iter_query_vectors(query_sparse_parquet, factor, rounding), run_parquet, run_trec, k, threads, tag
+    )
     log.info("sparse search: %d queries -> %s", n, run_parquet)
     return n
 

@@ -3,9 +3,9 @@
 
 rule bm25_index:
     input:
-        "resources/{dataset}/corpus/{corpus}/corpus.parquet",
+        PATHS["corpus"],
     output:
-        directory("resources/{dataset}/indexes/{corpus}/bm25"),
+        directory(PATHS["bm25_index"]),
     log:
         "logs/{dataset}/bm25_index/{corpus}.log",
     benchmark:
@@ -25,11 +25,11 @@ rule bm25_index:
 
 rule bm25_search:
     input:
-        index=bm25_index,
-        queries="resources/{dataset}/topics/{part}/queries.parquet",
+        index=part_corpus(PATHS["bm25_index"]),
+        queries=PATHS["queries"],
     output:
-        run="runs/{dataset}/{part}/bm25.parquet",
-        trec="runs/{dataset}/{part}/bm25.trec",
+        run=path("run", system="bm25"),
+        trec=path("trec", system="bm25"),
     log:
         "logs/{dataset}/bm25_search/{part}.log",
     benchmark:

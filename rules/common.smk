@@ -1,28 +1,84 @@
-# Shared names and input functions. Every path of the workflow is built here.
+# Shared names and input functions. Every path pattern of the workflow is spelled here, once (PATHS).
 
-from miracl_eval.config import fill_placeholders, method_names
+from miracl_eval.config import fill_placeholders
 from miracl_eval.datasets import get_dataset
+from miracl_eval.encoders.registry import FAMILIES
 from miracl_eval.fusion import FUSED_COMPONENTS
 from miracl_eval.metrics import MEASURES
 from miracl_eval.schemas import num_chunks
+from miracl_eval.systems import systems
 
 DATASET = get_dataset(config["dataset"])
 PARTS = list(config["languages"])
 CORPORA = DATASET.corpora(PARTS)
-METHODS = list(config["methods"])
 MEASURE_KEYS = [m.key for m in MEASURES]
 SOURCE = config.get("source")
+ENC = config["encoder"]
+DENSE_INDEX = config["dense_index"]
+# GPU rules ask for a GPU unless the config pins the encoders to the CPU.
+GPU = 0 if ENC["device"] == "cpu" else 1
+
+#: the table rows (bm25, {model}/{method}, hybrids), in the config's order; labels are also paths
+SYSTEMS = systems(config)
+METHODS = [s.label for s in SYSTEMS]
+#: the resolved specs of the models that some row uses (a configured model no row uses gets no jobs)
+MODELS = {
+    name: spec
+    for name, spec in config["models"].items()
+    if any(s.model == name for s in SYSTEMS)
+}
+HYBRIDS = {s.hybrid: config["hybrids"][s.hybrid] for s in SYSTEMS if s.hybrid}
+FUSED = list(FUSED_COMPONENTS)
+
+PATHS = {
+    "corpus": "resources/{dataset}/corpus/{corpus}/corpus.parquet",
+    "queries": "resources/{dataset}/topics/{part}/queries.parquet",
+    "qrels": "resources/{dataset}/topics/{part}/qrels.parquet",
+    "bm25_index": "resources/{dataset}/indexes/{corpus}/bm25",
+    "shard": "resources/{dataset}/encoded/{model}/corpus/{corpus}/{kind}/{shard}.parquet",
+    "encoded_queries": "resources/{dataset}/encoded/{model}/queries/{part}/{kind}.parquet",
+    "dense_index": "resources/{dataset}/indexes/{corpus}/{model}/dense.faiss",
+    "dense_docids": "resources/{dataset}/indexes/{corpus}/{model}/dense.docids.parquet",
+    "sparse_index": "resources/{dataset}/indexes/{corpus}/{model}/sparse",
+    "scores": "resources/{dataset}/scores/{model}/{part}/{kind}/{chunk}.parquet",
+    "run": "runs/{dataset}/{part}/{system}.parquet",
+    "trec": "runs/{dataset}/{part}/{system}.trec",
+    "components": "runs/{dataset}/{part}/{system}.components.parquet",
+    "per_query": "results/{dataset}/{part}/{system}.per_query.parquet",
+    "table": "results/{dataset}_{measure}.tsv",
+    "tiny_model": "resources/models/tiny-{tiny}",
+}
+
+
+def path(name, **fixed):
+    """The pattern ``PATHS[name]`` with some wildcards fixed (others stay wildcards)."""
+    pattern = PATHS[name]
+    for key, value in fixed.items():
+        pattern = pattern.replace("{" + key + "}", value)
+    return pattern
 
 
 def _alternatives(values):
-    return "|".join(re.escape(v) for v in values)
+    return "|".join(re.escape(v) for v in values) or "(?!)"
+
+
+def models_with(need):
+    """The used models whose family stores the output ``need`` (``dense``/``sparse``) or has the method."""
+    return [
+        m
+        for m, spec in MODELS.items()
+        if need in FAMILIES[spec["family"]].outputs
+        or need in FAMILIES[spec["family"]].methods
+    ]
 
 
 wildcard_constraints:
     dataset=re.escape(DATASET.name),
     part=_alternatives(DATASET.partitions),
     corpus=_alternatives(sorted(set(DATASET.corpora(list(DATASET.partitions))))),
-    method=_alternatives(method_names()),
+    model=_alternatives(MODELS),
+    system=_alternatives(METHODS),
+    kind="dense|sparse|union|rerank",
 
 
 def corpus_source(wildcards):
@@ -44,34 +100,38 @@ def qrels_source(wildcards):
     return f"resources/{wildcards.dataset}/downloads/topics/{wildcards.part}/qrels.tsv"
 
 
-def part_corpus(path):
+def part_corpus(pattern):
     """An input function for a per-corpus file, seen from a partition's job."""
-    return lambda wc: path.format(dataset=wc.dataset, corpus=DATASET.corpus_of(wc.part))
+    return lambda wc: expand(
+        pattern, **dict(wc.items()), corpus=DATASET.corpus_of(wc.part)
+    )[0]
 
 
-corpus_parquet = part_corpus("resources/{dataset}/corpus/{corpus}/corpus.parquet")
-bm25_index = part_corpus("resources/{dataset}/indexes/{corpus}/bm25")
 PER_QUERY = expand(
-    "results/{{dataset}}/{part}/{method}.per_query.parquet", part=PARTS, method=METHODS
+    path("per_query", dataset="{{dataset}}"), part=PARTS, system=METHODS
 )
 
 
-# ---------------------------------------------------------------- BGE-M3 methods
-
-ENC = config["encoder"]
-DENSE_INDEX = config["dense_index"]
-MODEL = config["model"]
-TINY_MODEL = "resources/models/tiny-bge-m3"
-# GPU rules ask for a GPU unless the config pins the encoder to the CPU.
-GPU = 0 if ENC["device"] == "cpu" else 1
-FUSED = list(FUSED_COMPONENTS)
+# ---------------------------------------------------------------- models
 
 
 def model_input(wildcards):
-    """The checkpoint folder as an input when it is local (so a rebuilt model re-runs encoding)."""
-    if MODEL == TINY_MODEL or os.path.isdir(MODEL):
-        return MODEL
+    """The checkpoint folder as an input when it is local (so a rebuilt model re-runs its jobs)."""
+    folder = MODELS[wildcards.model]["checkpoint"]
+    if folder.startswith("resources/models/") or os.path.isdir(folder):
+        return folder
     return []
+
+
+def encoder_spec(wildcards):
+    """What a model's encoding depends on: its spec without the retrieval-stage settings."""
+    spec = MODELS[wildcards.model]
+    family = FAMILIES[spec["family"]]
+    return {k: v for k, v in spec.items() if k not in family.retrieval_settings}
+
+
+def model_setting(key):
+    return lambda wc: MODELS[wc.model][key]
 
 
 def corpus_shards(kind):
@@ -83,10 +143,13 @@ def corpus_shards(kind):
             dataset=wildcards.dataset, corpus=corpus
         ).output[0]
         n = max(1, num_chunks(parquet, ENC["shard_size"]))
-        return [
-            f"resources/{wildcards.dataset}/encoded/{corpus}/{kind}/{i:05d}.parquet"
-            for i in range(n)
-        ]
+        return expand(
+            path("shard", kind=kind),
+            dataset=wildcards.dataset,
+            model=wildcards.model,
+            corpus=corpus,
+            shard=[f"{i:05d}" for i in range(n)],
+        )
 
     return shards
 
@@ -99,14 +162,12 @@ def query_chunks(kind):
             dataset=wildcards.dataset, part=wildcards.part
         ).output.queries
         n = max(1, num_chunks(queries, config["query_chunk"]))
-        return [
-            f"resources/{wildcards.dataset}/scores/{wildcards.part}/{kind}/{i:04d}.parquet"
-            for i in range(n)
-        ]
+        return expand(
+            path("scores", kind=kind),
+            dataset=wildcards.dataset,
+            model=wildcards.model,
+            part=wildcards.part,
+            chunk=[f"{i:04d}" for i in range(n)],
+        )
 
     return chunks
-
-
-def fusion_components(wildcards):
-    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
-    return query_chunks(kind)(wildcards)

@@ -1,17 +1,19 @@
-# Dense retrieval: a Faiss index (exact inner product by default) built from the vector shards,
-# searched top-`hits` on GPU Faiss when the machine has one.
+# Dense retrieval for every model that stores dense vectors: a Faiss index (exact inner product by
+# default) built from the model's vector shards, searched top-`hits` on GPU Faiss when there is one.
 
 
 rule dense_index:
     input:
         corpus_shards("dense"),
     output:
-        index="resources/{dataset}/indexes/{corpus}/dense.faiss",
-        docids="resources/{dataset}/indexes/{corpus}/dense.docids.parquet",
+        index=PATHS["dense_index"],
+        docids=PATHS["dense_docids"],
     log:
-        "logs/{dataset}/dense_index/{corpus}.log",
+        "logs/{dataset}/dense_index/{model}/{corpus}.log",
     benchmark:
-        "stats/{dataset}/dense_index/{corpus}.tsv"
+        "stats/{dataset}/dense_index/{model}/{corpus}.tsv"
+    wildcard_constraints:
+        model=_alternatives(models_with("dense")),
     conda:
         "../envs/encode.yaml"
     threads: config["threads"]
@@ -29,16 +31,18 @@ rule dense_index:
 
 rule dense_search:
     input:
-        index=part_corpus("resources/{dataset}/indexes/{corpus}/dense.faiss"),
-        docids=part_corpus("resources/{dataset}/indexes/{corpus}/dense.docids.parquet"),
-        queries="resources/{dataset}/encoded/queries/{part}/dense.parquet",
+        index=part_corpus(PATHS["dense_index"]),
+        docids=part_corpus(PATHS["dense_docids"]),
+        queries=path("encoded_queries", kind="dense"),
     output:
-        run="runs/{dataset}/{part}/dense.parquet",
-        trec="runs/{dataset}/{part}/dense.trec",
+        run=path("run", system="{model}/dense"),
+        trec=path("trec", system="{model}/dense"),
     log:
-        "logs/{dataset}/dense_search/{part}.log",
+        "logs/{dataset}/dense_search/{model}/{part}.log",
     benchmark:
-        "stats/{dataset}/dense_search/{part}.tsv"
+        "stats/{dataset}/dense_search/{model}/{part}.tsv"
+    wildcard_constraints:
+        model=_alternatives(models_with("dense")),
     conda:
         "../envs/encode.yaml"
     threads: config["threads"]
@@ -50,5 +54,6 @@ rule dense_search:
         use_gpu=DENSE_INDEX["gpu"],
         nprobe=DENSE_INDEX["nprobe"],
         ef_search=DENSE_INDEX["hnsw_ef_search"],
+        tag=lambda wc: f"{wc.model}/dense",
     script:
         "../scripts/dense_search.py"

@@ -1,58 +1,70 @@
-# Encoding with BGE-M3 (dense vectors and lexical weights): one job per corpus shard (GPU), and the
-# queries of each partition. Multi-vector states are never stored (see rules/fusion.smk).
+# Encoding: one job per corpus shard (GPU) and one per partition's queries, for every model. A
+# family's rule writes what the family stores (BGE-M3: dense and sparse in one pass; a dense
+# encoder: dense; SPLADE: sparse), so one rule is made per set of outputs among the used models.
+# Multi-vector states are never stored (see rules/fusion.smk).
 
+OUTPUT_SETS = sorted({FAMILIES[spec["family"]].outputs for spec in MODELS.values()})
 
-rule encode_corpus_shard:
-    input:
-        corpus="resources/{dataset}/corpus/{corpus}/corpus.parquet",
-        model=model_input,
-    output:
-        dense="resources/{dataset}/encoded/{corpus}/dense/{shard}.parquet",
-        sparse="resources/{dataset}/encoded/{corpus}/sparse/{shard}.parquet",
-    log:
-        "logs/{dataset}/encode_corpus/{corpus}/{shard}.log",
-    benchmark:
-        "stats/{dataset}/encode_corpus/{corpus}/{shard}.tsv"
-    conda:
-        "../envs/encode.yaml"
-    threads: 2
-    resources:
-        gpu=GPU,
-        mem_mb=16000,
-    params:
-        model=MODEL,
-        shard_size=ENC["shard_size"],
-        max_length=ENC["passage_max_length"],
-        batch_size=ENC["batch_size"],
-        device=ENC["device"],
-        dtype=ENC["dtype"],
-        dense_dtype=ENC["dense_dtype"],
-    script:
-        "../scripts/encode_corpus_shard.py"
+for kinds in OUTPUT_SETS:
+    suffix = "_".join(kinds)
+    with_kinds = _alternatives(
+        [m for m, s in MODELS.items() if FAMILIES[s["family"]].outputs == kinds]
+    )
 
+    rule:
+        name:
+            f"encode_corpus_{suffix}"
+        input:
+            corpus=PATHS["corpus"],
+            model=model_input,
+        output:
+            **{k: path("shard", kind=k) for k in kinds},
+        log:
+            f"logs/{{dataset}}/encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}.log",
+        benchmark:
+            f"stats/{{dataset}}/encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}.tsv"
+        wildcard_constraints:
+            model=with_kinds,
+        conda:
+            "../envs/encode.yaml"
+        threads: 2
+        resources:
+            gpu=GPU,
+            mem_mb=16000,
+        params:
+            spec=encoder_spec,
+            shard_size=ENC["shard_size"],
+            batch_size=ENC["batch_size"],
+            device=ENC["device"],
+            dtype=ENC["dtype"],
+            dense_dtype=ENC["dense_dtype"],
+        script:
+            "../scripts/encode_corpus_shard.py"
 
-rule encode_queries:
-    input:
-        queries="resources/{dataset}/topics/{part}/queries.parquet",
-        model=model_input,
-    output:
-        dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
-        sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
-    log:
-        "logs/{dataset}/encode_queries/{part}.log",
-    benchmark:
-        "stats/{dataset}/encode_queries/{part}.tsv"
-    conda:
-        "../envs/encode.yaml"
-    threads: 2
-    resources:
-        gpu=GPU,
-        mem_mb=8000,
-    params:
-        model=MODEL,
-        max_length=ENC["query_max_length"],
-        batch_size=ENC["batch_size"],
-        device=ENC["device"],
-        dtype=ENC["dtype"],
-    script:
-        "../scripts/encode_queries.py"
+    rule:
+        name:
+            f"encode_queries_{suffix}"
+        input:
+            queries=PATHS["queries"],
+            model=model_input,
+        output:
+            **{k: path("encoded_queries", kind=k) for k in kinds},
+        log:
+            f"logs/{{dataset}}/encode_queries_{suffix}/{{model}}/{{part}}.log",
+        benchmark:
+            f"stats/{{dataset}}/encode_queries_{suffix}/{{model}}/{{part}}.tsv"
+        wildcard_constraints:
+            model=with_kinds,
+        conda:
+            "../envs/encode.yaml"
+        threads: 2
+        resources:
+            gpu=GPU,
+            mem_mb=8000,
+        params:
+            spec=encoder_spec,
+            batch_size=ENC["batch_size"],
+            device=ENC["device"],
+            dtype=ENC["dtype"],
+        script:
+            "../scripts/encode_queries.py"

@@ -3,14 +3,14 @@
 
 rule evaluate:
     input:
-        run="runs/{dataset}/{part}/{method}.parquet",
-        qrels="resources/{dataset}/topics/{part}/qrels.parquet",
+        run=PATHS["run"],
+        qrels=PATHS["qrels"],
     output:
-        "results/{dataset}/{part}/{method}.per_query.parquet",
+        PATHS["per_query"],
     log:
-        "logs/{dataset}/evaluate/{part}/{method}.log",
+        "logs/{dataset}/evaluate/{part}/{system}.log",
     benchmark:
-        "stats/{dataset}/evaluate/{part}/{method}.tsv"
+        "stats/{dataset}/evaluate/{part}/{system}.tsv"
     conda:
         "../envs/eval.yaml"
     threads: 1
@@ -24,7 +24,7 @@ rule tables:
     input:
         PER_QUERY,
     output:
-        **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
+        **{key: path("table", measure=key) for key in MEASURE_KEYS},
     log:
         "logs/{dataset}/tables.log",
     benchmark:

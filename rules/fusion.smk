@@ -1,22 +1,27 @@
-# Multi-vector rerank and weighted fusion. Component scores are computed exactly for every
-# candidate and kept, so that new fusion weights re-run only `fuse` and evaluation.
+# BGE-M3's multi-vector rerank and weighted fusion, per model of the bge-m3 family. Component
+# scores are computed exactly for every candidate and kept, so that new fusion weights re-run
+# only `fuse` and evaluation.
+
+M3_MODELS = _alternatives(models_with("multivec"))
 
 
 rule union_components:
     input:
-        dense_run="runs/{dataset}/{part}/dense.parquet",
-        sparse_run="runs/{dataset}/{part}/sparse.parquet",
-        queries="resources/{dataset}/topics/{part}/queries.parquet",
-        query_dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
-        query_sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
+        dense_run=path("run", system="{model}/dense"),
+        sparse_run=path("run", system="{model}/sparse"),
+        queries=PATHS["queries"],
+        query_dense=path("encoded_queries", kind="dense"),
+        query_sparse=path("encoded_queries", kind="sparse"),
         passage_dense=corpus_shards("dense"),
         passage_sparse=corpus_shards("sparse"),
     output:
-        "resources/{dataset}/scores/{part}/union/{chunk}.parquet",
+        path("scores", kind="union"),
     log:
-        "logs/{dataset}/union_components/{part}/{chunk}.log",
+        "logs/{dataset}/union_components/{model}/{part}/{chunk}.log",
     benchmark:
-        "stats/{dataset}/union_components/{part}/{chunk}.tsv"
+        "stats/{dataset}/union_components/{model}/{part}/{chunk}.tsv"
+    wildcard_constraints:
+        model=M3_MODELS,
     conda:
         "../envs/encode.yaml"
     threads: 1
@@ -30,20 +35,22 @@ rule union_components:
 
 rule rerank_components:
     input:
-        dense_run="runs/{dataset}/{part}/dense.parquet",
-        queries="resources/{dataset}/topics/{part}/queries.parquet",
-        corpus=corpus_parquet,
-        query_dense="resources/{dataset}/encoded/queries/{part}/dense.parquet",
-        query_sparse="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
+        dense_run=path("run", system="{model}/dense"),
+        queries=PATHS["queries"],
+        corpus=part_corpus(PATHS["corpus"]),
+        query_dense=path("encoded_queries", kind="dense"),
+        query_sparse=path("encoded_queries", kind="sparse"),
         passage_dense=corpus_shards("dense"),
         passage_sparse=corpus_shards("sparse"),
         model=model_input,
     output:
-        "resources/{dataset}/scores/{part}/rerank/{chunk}.parquet",
+        path("scores", kind="rerank"),
     log:
-        "logs/{dataset}/rerank_components/{part}/{chunk}.log",
+        "logs/{dataset}/rerank_components/{model}/{part}/{chunk}.log",
     benchmark:
-        "stats/{dataset}/rerank_components/{part}/{chunk}.tsv"
+        "stats/{dataset}/rerank_components/{model}/{part}/{chunk}.tsv"
+    wildcard_constraints:
+        model=M3_MODELS,
     conda:
         "../envs/encode.yaml"
     threads: 2
@@ -51,11 +58,9 @@ rule rerank_components:
         gpu=GPU,
         mem_mb=16000,
     params:
-        depth=config["rerank_depth"],
+        depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
-        model=MODEL,
-        query_max_length=ENC["query_max_length"],
-        passage_max_length=ENC["passage_max_length"],
+        spec=encoder_spec,
         batch_size=ENC["batch_size"],
         device=ENC["device"],
         dtype=ENC["dtype"],
@@ -63,18 +68,24 @@ rule rerank_components:
         "../scripts/rerank_components.py"
 
 
+def fusion_components(wildcards):
+    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
+    return query_chunks(kind)(wildcards)
+
+
 rule fuse:
     input:
         fusion_components,
     output:
-        run="runs/{dataset}/{part}/{method}.parquet",
-        trec="runs/{dataset}/{part}/{method}.trec",
-        components="runs/{dataset}/{part}/{method}.components.parquet",
+        run=path("run", system="{model}/{method}"),
+        trec=path("trec", system="{model}/{method}"),
+        components=path("components", system="{model}/{method}"),
     log:
-        "logs/{dataset}/fuse/{part}/{method}.log",
+        "logs/{dataset}/fuse/{model}/{part}/{method}.log",
     benchmark:
-        "stats/{dataset}/fuse/{part}/{method}.tsv"
+        "stats/{dataset}/fuse/{model}/{part}/{method}.tsv"
     wildcard_constraints:
+        model=M3_MODELS,
         method=_alternatives(FUSED),
     conda:
         "../envs/eval.yaml"
@@ -82,9 +93,14 @@ rule fuse:
     resources:
         mem_mb=4000,
     params:
-        weights=lambda wc: {c: config["fusion"][c] for c in FUSED_COMPONENTS[wc.method]},
+        weights=lambda wc: {
+            c: MODELS[wc.model]["weights"][c] for c in FUSED_COMPONENTS[wc.method]
+        },
         depth=lambda wc: (
-            config["hits"] if wc.method == "dense+sparse" else config["rerank_depth"]
+            config["hits"]
+            if wc.method == "dense+sparse"
+            else MODELS[wc.model]["rerank_depth"]
         ),
+        tag=lambda wc: f"{wc.model}/{wc.method}",
     script:
         "../scripts/fuse.py"

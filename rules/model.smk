@@ -1,5 +1,9 @@
-# The offline demo/test model: a tiny random BGE-M3-layout checkpoint with a tokenizer trained
-# on the whole bundled sample (fixed inputs, so adding a language never rebuilds it).
+# The offline demo/test models: tiny random checkpoints of each family's layout (BGE-M3, BERT and
+# XLM-R encoders, a decoder, a masked LM) with a tokenizer trained on the whole bundled sample
+# (fixed inputs, so adding a language never rebuilds them). A model's `checkpoint` names one as
+# resources/models/tiny-{kind}.
+
+TINY_KINDS = ["bge-m3", "bert", "xlm-r", "decoder", "mlm"]
 
 
 rule tiny_model:
@@ -10,11 +14,13 @@ rule tiny_model:
         ),
         os.path.join(workflow.basedir, "sample/messirve/corpus.jsonl"),
     output:
-        directory(TINY_MODEL),
+        directory(PATHS["tiny_model"]),
     log:
-        "logs/models/tiny-bge-m3.log",
+        "logs/models/tiny-{tiny}.log",
     benchmark:
-        "stats/models/tiny-bge-m3.tsv"
+        "stats/models/tiny-{tiny}.tsv"
+    wildcard_constraints:
+        tiny=_alternatives(TINY_KINDS),
     conda:
         "../envs/encode.yaml"
     threads: 1

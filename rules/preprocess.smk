@@ -5,7 +5,7 @@ checkpoint preprocess_corpus:
     input:
         corpus_source,
     output:
-        "resources/{dataset}/corpus/{corpus}/corpus.parquet",
+        PATHS["corpus"],
     log:
         "logs/{dataset}/preprocess_corpus/{corpus}.log",
     benchmark:
@@ -26,8 +26,8 @@ checkpoint preprocess_topics:
         topics=topics_source,
         qrels=qrels_source,
     output:
-        queries="resources/{dataset}/topics/{part}/queries.parquet",
-        qrels="resources/{dataset}/topics/{part}/qrels.parquet",
+        queries=PATHS["queries"],
+        qrels=PATHS["qrels"],
     log:
         "logs/{dataset}/preprocess_topics/{part}.log",
     benchmark:

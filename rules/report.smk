@@ -4,22 +4,29 @@
 # time and peak memory. All of it is built by the default target (rule all) and by `report_inputs`.
 
 from miracl_eval.metrics import MEASURES, PRIMARY
-from miracl_eval.report import (
+from miracl_eval.report import measure_label, sensitivity_weights
+from miracl_eval.report_plan import (
     comparison_pairs,
-    measure_label,
-    plain_pattern,
     report_inputs,
     run_settings,
-    sensitivity_weights,
+    swept_rows,
 )
 from miracl_eval.sensitivity import DEFAULT_WEIGHTS
 from miracl_eval.significance import N_BOOTSTRAP, N_PERMUTATIONS, SEED
-from miracl_eval.sensitivity import METHODS as SWEPT_METHODS
+from miracl_eval.stage_costs import plain_pattern
 
 MEASURE_NAMES = {m.key: m.name for m in MEASURES}
-REPORT_PAIRS = comparison_pairs(METHODS)
-SENSITIVITY_METHODS = [m for m in SWEPT_METHODS if m in METHODS]
-M3_METHODS = [m for m in METHODS if m != "bm25"]
+REPORT_PAIRS = comparison_pairs(METHODS, HYBRIDS)
+SENSITIVITY_METHODS = swept_rows(METHODS)
+# the headline sparse weight marked in the sensitivity view: the first swept model's
+SWEPT_SPARSE_WEIGHT = next(
+    (
+        MODELS[s.model]["weights"]["sparse"]
+        for s in SYSTEMS
+        if s.label in SENSITIVITY_METHODS
+    ),
+    0.3,
+)
 SIGNIFICANCE = {
     "n_permutations": N_PERMUTATIONS,
     "n_bootstrap": N_BOOTSTRAP,
@@ -27,7 +34,7 @@ SIGNIFICANCE = {
 }
 
 
-REPORT_TARGETS = report_inputs(DATASET.name, MEASURE_KEYS, METHODS) + [
+REPORT_TARGETS = report_inputs(DATASET.name, MEASURE_KEYS, METHODS, HYBRIDS) + [
     f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")
 ]
 
@@ -148,7 +155,7 @@ rule report_top_differences:
     input:
         per_query=PER_QUERY,
         queries=expand(
-            "resources/{{dataset}}/topics/{part}/queries.parquet", part=PARTS
+            path("queries", dataset="{{dataset}}"), part=PARTS
         ),
     output:
         tsv=report(
@@ -187,11 +194,11 @@ rule report_top_differences:
 rule report_sensitivity:
     input:
         components=expand(
-            "runs/{{dataset}}/{part}/{method}.components.parquet",
+            path("components", dataset="{{dataset}}"),
             part=PARTS,
-            method=SENSITIVITY_METHODS,
+            system=SENSITIVITY_METHODS,
         ),
-        qrels=expand("resources/{{dataset}}/topics/{part}/qrels.parquet", part=PARTS),
+        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
     output:
         tsv=report(
             "results/{dataset}_sensitivity.tsv",
@@ -215,8 +222,8 @@ rule report_sensitivity:
     params:
         partitions=PARTS,
         methods=SENSITIVITY_METHODS,
-        weights=sensitivity_weights(config["fusion"]["sparse"], DEFAULT_WEIGHTS),
-        fixed_weight=config["fusion"]["sparse"],
+        weights=sensitivity_weights(SWEPT_SPARSE_WEIGHT, DEFAULT_WEIGHTS),
+        fixed_weight=SWEPT_SPARSE_WEIGHT,
         mean_panel=DATASET.mean_column,
         dataset=DATASET.name,
     script:
@@ -225,7 +232,7 @@ rule report_sensitivity:
 
 rule report_settings:
     input:
-        expand("resources/{{dataset}}/corpus/{corpus}/corpus.parquet", corpus=CORPORA),
+        expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
     output:
         tsv=report(
             "results/{dataset}_settings.tsv",
@@ -254,7 +261,7 @@ rule report_settings:
             config, DATASET.name, DATASET.mean_column, REPORT_PAIRS, SIGNIFICANCE
         ),
         corpora=CORPORA,
-        shard_size=ENC["shard_size"] if M3_METHODS else None,
+        shard_size=ENC["shard_size"] if MODELS else None,
         dataset=DATASET.name,
     script:
         "../scripts/report_settings.py"
@@ -262,8 +269,8 @@ rule report_settings:
 
 rule report_stage_costs:
     input:
-        expand("results/{{dataset}}_{key}.tsv", key=MEASURE_KEYS),
-        report_inputs("{dataset}", MEASURE_KEYS, METHODS),
+        expand(path("table", dataset="{{dataset}}"), measure=MEASURE_KEYS),
+        report_inputs("{dataset}", MEASURE_KEYS, METHODS, HYBRIDS),
     output:
         tsv=report(
             "results/{dataset}_stage_costs.tsv",
@@ -299,10 +306,17 @@ rule report_stage_costs:
             "dataset": [DATASET.name],
             "part": PARTS,
             "corpus": CORPORA,
-            "method": METHODS,
+            "system": METHODS,
+            "model": list(MODELS),
+            "hybrid": list(HYBRIDS),
+            "method": FUSED,
         },
         skip_rules=["report_stage_costs"]
-        + ([] if MODEL == TINY_MODEL and M3_METHODS else ["tiny_model"])
+        + (
+            []
+            if any(s["checkpoint"].startswith("resources/models/") for s in MODELS.values())
+            else ["tiny_model"]
+        )
         + (["download_corpus", "download_topics"] if SOURCE else []),
         dataset=DATASET.name,
     script:

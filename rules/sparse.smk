@@ -1,23 +1,26 @@
-# Sparse retrieval: BGE-M3 lexical weights quantized ceil(w * 100) into a Lucene impact index,
-# searched with the queries' quantized weights (exact integer dot products).
+# Sparse retrieval for every model that stores lexical weights (BGE-M3, SPLADE): the weights
+# quantized as the model's `quantization` says into a Lucene impact index, searched with the
+# queries' quantized weights (exact integer dot products).
 
 
 rule sparse_index:
     input:
         corpus_shards("sparse"),
     output:
-        directory("resources/{dataset}/indexes/{corpus}/sparse"),
+        directory(PATHS["sparse_index"]),
     log:
-        "logs/{dataset}/sparse_index/{corpus}.log",
+        "logs/{dataset}/sparse_index/{model}/{corpus}.log",
     benchmark:
-        "stats/{dataset}/sparse_index/{corpus}.tsv"
+        "stats/{dataset}/sparse_index/{model}/{corpus}.tsv"
+    wildcard_constraints:
+        model=_alternatives(models_with("sparse")),
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
         mem_mb=8000,
     params:
-        factor=config["sparse_quantization"],
+        quantization=model_setting("quantization"),
         java_heap=config["java_heap"],
     script:
         "../scripts/sparse_index.py"
@@ -25,22 +28,25 @@ rule sparse_index:
 
 rule sparse_search:
     input:
-        index=part_corpus("resources/{dataset}/indexes/{corpus}/sparse"),
-        queries="resources/{dataset}/encoded/queries/{part}/sparse.parquet",
+        index=part_corpus(PATHS["sparse_index"]),
+        queries=path("encoded_queries", kind="sparse"),
     output:
-        run="runs/{dataset}/{part}/sparse.parquet",
-        trec="runs/{dataset}/{part}/sparse.trec",
+        run=path("run", system="{model}/sparse"),
+        trec=path("trec", system="{model}/sparse"),
     log:
-        "logs/{dataset}/sparse_search/{part}.log",
+        "logs/{dataset}/sparse_search/{model}/{part}.log",
     benchmark:
-        "stats/{dataset}/sparse_search/{part}.tsv"
+        "stats/{dataset}/sparse_search/{model}/{part}.tsv"
+    wildcard_constraints:
+        model=_alternatives(models_with("sparse")),
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
         mem_mb=8000,
     params:
-        factor=config["sparse_quantization"],
+        quantization=model_setting("quantization"),
         hits=config["hits"],
+        tag=lambda wc: f"{wc.model}/sparse",
     script:
         "../scripts/sparse_search.py"

@@ -20,5 +20,6 @@ run_stage(
         nprobe=p.nprobe,
         ef_search=p.ef_search,
         threads=sm.threads,
+        tag=p.tag,
     ),
 )

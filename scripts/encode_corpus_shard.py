@@ -2,7 +2,7 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.encoding import encode_corpus_shard  # noqa: E402
+from miracl_eval.encoders.stages import encode_corpus_shard  # noqa: E402
 from miracl_eval.stage import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -13,10 +13,8 @@ run_stage(
         sm.input.corpus,
         int(sm.wildcards.shard),
         p.shard_size,
-        sm.output.dense,
-        sm.output.sparse,
-        p.model,
-        max_length=p.max_length,
+        dict(sm.output.items()),
+        p.spec,
         batch_size=p.batch_size,
         device=p.device,
         dtype=p.dtype,

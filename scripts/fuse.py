@@ -14,7 +14,7 @@ run_stage(
         sm.output.run,
         sm.output.trec,
         sm.output.components,
-        tag=sm.wildcards.method,
+        tag=sm.params.tag,
         depth=sm.params.depth,
     ),
 )

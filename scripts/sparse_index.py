@@ -11,7 +11,8 @@ run_stage(
     lambda: build_sparse_index(
         list(sm.input),
         sm.output[0],
-        factor=sm.params.factor,
+        factor=sm.params.quantization["scale"],
+        rounding=sm.params.quantization["rounding"],
         threads=sm.threads,
         log_path=sm.log[0],
         heap=sm.params.java_heap,

@@ -1,0 +1,1 @@
+"""Encoders of every model family (temporary registry stub; replaced by the encoders branch)."""

@@ -1,0 +1,29 @@
+# Hybrids: two or more rows of the table fused with pyserini's fusion (interpolation, rrf,
+# normalize, average), each under its own name.
+
+
+rule hybrid:
+    input:
+        lambda wc: expand(
+            path("run", dataset=wc.dataset, part=wc.part),
+            system=HYBRIDS[wc.hybrid]["systems"],
+        ),
+    output:
+        run=path("run", system="{hybrid}"),
+        trec=path("trec", system="{hybrid}"),
+    log:
+        "logs/{dataset}/hybrid/{hybrid}/{part}.log",
+    benchmark:
+        "stats/{dataset}/hybrid/{hybrid}/{part}.tsv"
+    wildcard_constraints:
+        hybrid=_alternatives(HYBRIDS),
+    conda:
+        "../envs/eval.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        settings=lambda wc: HYBRIDS[wc.hybrid],
+        tag=lambda wc: wc.hybrid,
+    script:
+        "../scripts/hybrid.py"
