@@ -63,7 +63,8 @@ def comparison_pairs(
         pairs += [(m, BM25) for m in present if m != BM25]
     for label in present:
         model, method = _model_and_method(label)
-        if model is not None and method in FUSED_COMPONENTS and f"{model}/dense" in present:
+        fuses_several = len(FUSED_COMPONENTS.get(method, ())) > 1  # all, dense+sparse (not multivec alone)
+        if model is not None and fuses_several and f"{model}/dense" in present:
             pairs.append((label, f"{model}/dense"))
     for name, hybrid in (hybrids or {}).items():
         if name in present:

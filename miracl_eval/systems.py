@@ -41,7 +41,7 @@ def parse_methods(
     """The systems of the ``methods`` list; ConfigError names ``methods[i]`` or ``hybrids.<name>``."""
     out: list[System] = []
     for i, entry in enumerate(methods):
-        key = f"methods[{i}]"
+        key = f"methods.{i}"
         if entry == BM25:
             out.append(System(BM25, BM25))
         elif entry in hybrids:
@@ -81,9 +81,9 @@ def parse_methods(
             )
         for j, member in enumerate(hybrid["systems"]):
             if member not in labels:
-                raise ConfigError(f"hybrids.{name}.systems[{j}]", f"'{member}' is not in `methods`")
+                raise ConfigError(f"hybrids.{name}.systems.{j}", f"'{member}' is not in `methods`")
             if member in hybrids:
-                raise ConfigError(f"hybrids.{name}.systems[{j}]", "a hybrid of hybrids is not supported")
+                raise ConfigError(f"hybrids.{name}.systems.{j}", "a hybrid of hybrids is not supported")
     return out
 
 

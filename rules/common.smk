@@ -54,7 +54,7 @@ def path(name, **fixed):
     """The pattern ``PATHS[name]`` with some wildcards fixed (others stay wildcards)."""
     pattern = PATHS[name]
     for key, value in fixed.items():
-        pattern = pattern.replace("{" + key + "}", value)
+        pattern = pattern.replace(f"{{{key}}}", value)
     return pattern
 
 
@@ -107,9 +107,7 @@ def part_corpus(pattern):
     )[0]
 
 
-PER_QUERY = expand(
-    path("per_query", dataset="{{dataset}}"), part=PARTS, system=METHODS
-)
+PER_QUERY = expand(path("per_query", dataset="{{dataset}}"), part=PARTS, system=METHODS)
 
 
 # ---------------------------------------------------------------- models
@@ -171,3 +169,8 @@ def query_chunks(kind):
         )
 
     return chunks
+
+
+def fusion_components(wildcards):
+    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
+    return query_chunks(kind)(wildcards)

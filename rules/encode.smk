@@ -1,4 +1,4 @@
-# Encoding: one job per corpus shard (GPU) and one per partition's queries, for every model. A
+# Every model's encodings: one job per corpus shard (GPU) and one per partition's queries. A
 # family's rule writes what the family stores (BGE-M3: dense and sparse in one pass; a dense
 # encoder: dense; SPLADE: sparse), so one rule is made per set of outputs among the used models.
 # Multi-vector states are never stored (see rules/fusion.smk).

@@ -68,11 +68,6 @@ rule rerank_components:
         "../scripts/rerank_components.py"
 
 
-def fusion_components(wildcards):
-    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
-    return query_chunks(kind)(wildcards)
-
-
 rule fuse:
     input:
         fusion_components,

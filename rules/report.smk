@@ -154,9 +154,7 @@ rule report_significance:
 rule report_top_differences:
     input:
         per_query=PER_QUERY,
-        queries=expand(
-            path("queries", dataset="{{dataset}}"), part=PARTS
-        ),
+        queries=expand(path("queries", dataset="{{dataset}}"), part=PARTS),
     output:
         tsv=report(
             "results/{dataset}_top_differences.tsv",
@@ -314,7 +312,10 @@ rule report_stage_costs:
         skip_rules=["report_stage_costs"]
         + (
             []
-            if any(s["checkpoint"].startswith("resources/models/") for s in MODELS.values())
+            if any(
+                s["checkpoint"].startswith("resources/models/")
+                for s in MODELS.values()
+            )
             else ["tiny_model"]
         )
         + (["download_corpus", "download_topics"] if SOURCE else []),

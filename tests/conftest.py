@@ -85,17 +85,19 @@ def sample_config(languages: list[str] | None = None, file: str = "miracl.yaml",
 
 
 M3_LANGS = ["sw", "yo"]
-M3_METHODS = ["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]
+M3_METHODS = ["bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all"]
+TINY_M3 = "resources/models/tiny-bge-m3"
 
 
-def m3_config(languages: list[str] = M3_LANGS, **overrides: Any) -> dict[str, Any]:
-    """The MIRACL sample with every method and the tiny checkpoint on the CPU (small shards and chunks)."""
+def m3_config(languages: list[str] = M3_LANGS, m3: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    """The MIRACL sample with every method and the tiny checkpoint on the CPU (small shards and chunks).
+
+    ``m3``: settings of the ``bge-m3`` model over the tiny checkpoint and a rerank depth of 20."""
     cfg = sample_config(languages, threads=1)
     cfg.update(
         methods=M3_METHODS,
-        model="resources/models/tiny-bge-m3",
+        models={"bge-m3": {"checkpoint": TINY_M3, "rerank_depth": 20, **(m3 or {})}},
         encoder={"device": "cpu", "shard_size": 10, "batch_size": 8},
-        rerank_depth=20,
         query_chunk=3,  # 4 queries per language: two rerank chunks each
     )
     cfg.update(overrides)

@@ -16,7 +16,7 @@ from miracl_eval.loading import iter_corpus, iter_qrels, iter_topics
 from miracl_eval.preprocess import build_corpus_from
 
 PARTS = ["full", "ar", "co", "es", "mx", "no_country"]
-METHODS = ["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]
+METHODS = ["bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all"]
 
 
 def test_sample_partitions() -> None:
@@ -71,7 +71,8 @@ def test_malformed_messirve_topics_and_qrels(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def messirve_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("messirve")
-    cfg = sample_config(file="messirve.yaml", rerank_depth=20)
+    cfg = sample_config(file="messirve.yaml")
+    cfg["models"]["bge-m3"]["rerank_depth"] = 20
     snakemake(work, write_config(work, cfg), "results/messirve_ndcg.tsv")
     return work
 
@@ -105,9 +106,9 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
     assert jobs("bm25_index") == 1
     assert jobs("dense_index") == 1
     assert jobs("sparse_index") == 1
-    assert jobs("encode_corpus") == 3, "92 paragraphs in shards of 40, encoded once"
+    assert jobs("encode_corpus_dense_sparse") == 3, "92 paragraphs in shards of 40, encoded once"
     assert jobs("bm25_search") == len(PARTS)
-    assert jobs("encode_queries") == len(PARTS)
+    assert jobs("encode_queries_dense_sparse") == len(PARTS)
     assert sorted(p.name for p in (messirve_run / "resources" / "messirve" / "corpus").iterdir()) == ["eswiki"]
     assert json.loads(
         (

@@ -11,18 +11,27 @@ import pytest
 import yaml
 
 from miracl_eval import published
+from miracl_eval.config import validate
 from miracl_eval.datasets import MIRACL_LANGUAGES
 from miracl_eval.errors import InputError
 
 DATA = published.data_dir()
-M3_CONFIG = {
-    "dataset": "miracl",
-    "split": "dev",
-    "model": "BAAI/bge-m3",
-    "bm25": {"k1": 0.9, "b": 0.4, "thai": "auto"},
-    "fusion": {"dense": 1.0, "sparse": 0.3, "multivec": 1.0},
-    "rerank_depth": 200,
-}
+M3_METHODS = ("bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all")
+
+
+def m3_run(bm25: dict | None = None, **settings: object) -> dict:
+    """A validated full-MIRACL run config with every BGE-M3 row; ``settings`` override bge-m3's."""
+    return validate(
+        {
+            "languages": list(MIRACL_LANGUAGES),
+            "models": {"bge-m3": settings},
+            "methods": list(M3_METHODS),
+            **({"bm25": bm25} if bm25 else {}),
+        }
+    )
+
+
+M3_CONFIG = m3_run()
 
 
 def tsv_rows(name: str) -> list[dict[str, str]]:
@@ -99,14 +108,14 @@ def test_pyserini_numbers_match_the_installed_yaml() -> None:
 
 def test_side_by_side_bge_m3_dense_matches_shipped_numbers(tmp_path: Path) -> None:
     rows = published.load_published()
-    ours = {"dense": {lang: 0.5 + i / 100 for i, lang in enumerate(MIRACL_LANGUAGES)}}
+    ours = {"bge-m3/dense": {lang: 0.5 + i / 100 for i, lang in enumerate(MIRACL_LANGUAGES)}}
     table = published.side_by_side(ours, "miracl", "dev", "nDCG@10", M3_CONFIG)
     got = {(t["source_id"], t["partition"]): t for t in table}
     expected = {r.partition: r for r in rows if r.system == "M3-Embedding Dense"}
     assert set(got) == {("bge-m3-table1", p) for p in expected}
     for part, r in expected.items():
         t = got[("bge-m3-table1", part)]
-        mine = sum(ours["dense"].values()) / 18 if part == "mean" else ours["dense"][part]
+        mine = sum(ours["bge-m3/dense"].values()) / 18 if part == "mean" else ours["bge-m3/dense"][part]
         assert t["theirs"] == float(Decimal(r.text) / 100)
         assert t["ours"] == pytest.approx(mine, abs=1e-15)
         assert t["diff"] == t["ours"] - t["theirs"]
@@ -145,53 +154,70 @@ def test_side_by_side_bm25_uses_pyserini_and_table11_not_the_xlmr_row() -> None:
 
 
 def test_side_by_side_requires_matching_configuration() -> None:
-    ours = {m: {"sw": 0.7} for m in ("dense", "sparse", "multivec", "dense+sparse", "all", "bm25")}
+    ours = {m: {"sw": 0.7} for m in M3_METHODS}
     full = published.side_by_side(ours, "miracl", "dev", "nDCG@10", M3_CONFIG)
-    assert {t["method"] for t in full} == {"dense", "sparse", "multivec", "dense+sparse", "all", "bm25"}
-    # another model: no M3 rows
-    other = published.side_by_side(ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "model": "my/finetuned-m3"})
+    assert {t["method"] for t in full} == set(M3_METHODS)
+    # another checkpoint: no M3 rows
+    other = published.side_by_side(ours, "miracl", "dev", "nDCG@10", m3_run(checkpoint="my/finetuned-m3"))
     assert {t["method"] for t in other} == {"bm25"}
     # another sparse weight: dense+sparse and all are not comparable, the others still are
-    w = published.side_by_side(
-        ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "fusion": {"dense": 1, "sparse": 0.5, "multivec": 1}}
-    )
-    assert {t["method"] for t in w} == {"dense", "sparse", "multivec", "bm25"}
+    w = published.side_by_side(ours, "miracl", "dev", "nDCG@10", m3_run(weights={"sparse": 0.5}))
+    assert {t["method"] for t in w} == {"bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bm25"}
     # another rerank depth: multivec and all are not comparable
-    d = published.side_by_side(ours, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "rerank_depth": 100})
-    assert {t["method"] for t in d} == {"dense", "sparse", "dense+sparse", "bm25"}
+    d = published.side_by_side(ours, "miracl", "dev", "nDCG@10", m3_run(rerank_depth=100))
+    assert {t["method"] for t in d} == {"bge-m3/dense", "bge-m3/sparse", "bge-m3/dense+sparse", "bm25"}
     # other BM25 parameters: not pyserini's
-    b = published.side_by_side(
-        {"bm25": {"sw": 0.4}}, "miracl", "dev", "nDCG@10", {**M3_CONFIG, "bm25": {"k1": 1.2, "b": 0.75}}
-    )
+    b = published.side_by_side({"bm25": {"sw": 0.4}}, "miracl", "dev", "nDCG@10", m3_run(bm25={"k1": 1.2, "b": 0.75}))
     assert b == []
     # wrong split or dataset: nothing
     assert published.side_by_side(ours, "miracl", "train", "nDCG@10", M3_CONFIG) == []
     assert published.side_by_side(ours, "messirve", "test", "nDCG@10", M3_CONFIG) == []
     # a mean needs every language (or an explicit mean)
-    partial = published.side_by_side({"dense": {"sw": 0.7, "yo": 0.8}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    dense = "bge-m3/dense"
+    partial = published.side_by_side({dense: {"sw": 0.7, "yo": 0.8}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
     assert {t["partition"] for t in partial} == {"sw", "yo"}
-    explicit = published.side_by_side({"dense": {"mean": 0.7}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
+    explicit = published.side_by_side({dense: {"mean": 0.7}}, "miracl", "dev", "nDCG@10", M3_CONFIG)
     assert [(t["partition"], t["theirs"]) for t in explicit] == [("mean", 0.692)]
+
+
+def test_published_rows_follow_the_checkpoint_not_the_models_name() -> None:
+    """A model named otherwise but with BGE-M3's checkpoint and settings is compared; the preset's
+    name with another checkpoint is not."""
+    cfg = validate(
+        {
+            "languages": ["sw"],
+            "models": {"m3-copy": {"family": "bge-m3", "checkpoint": "BAAI/bge-m3"}, "bge-m3": {"checkpoint": "/x"}},
+            "methods": ["m3-copy/all", "bge-m3/all"],
+        }
+    )
+    ours = {"m3-copy/all": {"sw": 0.7}, "bge-m3/all": {"sw": 0.7}}
+    assert {t["method"] for t in published.side_by_side(ours, "miracl", "dev", "nDCG@10", cfg)} == {"m3-copy/all"}
 
 
 def test_mismatch_explains() -> None:
     row = next(r for r in published.load_published() if r.system == "M3-Embedding All" and r.partition == "sw")
-    assert published.mismatch(row, "all", M3_CONFIG) is None
-    assert "fusion.sparse" in published.mismatch(
-        row, "all", {**M3_CONFIG, "fusion": {"dense": 1.0, "sparse": 0.2, "multivec": 1.0}}
-    )
-    assert "model" in published.mismatch(row, "all", {**M3_CONFIG, "model": "x"})
+    assert published.mismatch(row, "bge-m3/all", M3_CONFIG) is None
+    assert "model.weights.sparse" in published.mismatch(row, "bge-m3/all", m3_run(weights={"sparse": 0.2}))
+    assert "model" in published.mismatch(row, "bge-m3/all", m3_run(checkpoint="x"))
+    assert "method dense is not all" in published.mismatch(row, "bge-m3/dense", M3_CONFIG)
     xlmr = next(r for r in published.load_published() if r.system == "BM25 (XLM-R tokenizer)" and r.partition == "sw")
     assert "bm25.tokenizer" in published.mismatch(xlmr, "bm25", M3_CONFIG)
 
 
 def test_side_by_side_messirve_bm25() -> None:
-    cfg = {"dataset": "messirve", "split": "test", "model": "BAAI/bge-m3", "bm25": {"k1": 0.9, "b": 0.4}}
+    cfg = validate(
+        {
+            "dataset": "messirve",
+            "languages": ["full", "ar"],
+            "models": {"bge-m3": {}},
+            "methods": ["bm25", "bge-m3/dense"],
+        }
+    )
     table = published.side_by_side({"bm25": {"full": 0.2, "ar": 0.3}}, "messirve", "test", "nDCG@10", cfg)
     assert [(t["partition"], t["theirs"], t["published"]) for t in table] == [("full", 0.1785, "0.1785")]
     assert table[0]["diff"] == 0.2 - 0.1785
     # e5 and OpenAI rows are reference only
-    assert published.side_by_side({"dense": {"full": 0.5}}, "messirve", "test", "nDCG@10", cfg) == []
+    assert published.side_by_side({"bge-m3/dense": {"full": 0.5}}, "messirve", "test", "nDCG@10", cfg) == []
 
 
 def test_parse_errors_name_file_and_line() -> None:
@@ -215,14 +241,16 @@ def test_parse_errors_name_file_and_line() -> None:
 def test_read_results_table_round_trip(tmp_path: Path) -> None:
     from miracl_eval.metrics import format_table
 
-    values = {"bm25": {"sw": 0.38, "yo": 0.41}, "dense": {"sw": 0.79, "yo": 0.82}}
+    values = {"bm25": {"sw": 0.38, "yo": 0.41}, "bge-m3/dense": {"sw": 0.79, "yo": 0.82}}
     path = tmp_path / "miracl_ndcg.tsv"
-    path.write_text(format_table(values, ["bm25", "dense"], ["sw", "yo"]), encoding="utf-8")
+    path.write_text(format_table(values, ["bm25", "bge-m3/dense"], ["sw", "yo"]), encoding="utf-8")
     back = published.read_results_table(path)
-    assert back["bm25"]["sw"] == 0.38 and back["dense"]["mean"] == pytest.approx(0.805)
+    assert back["bm25"]["sw"] == 0.38 and back["bge-m3/dense"]["mean"] == pytest.approx(0.805)
     table = published.side_by_side(back, "miracl", "dev", "nDCG@10", M3_CONFIG)
     # the table's mean is over sw and yo only: never compared with a published 18-language mean
-    assert {(t["method"], t["partition"]) for t in table} == {(m, p) for m in ("bm25", "dense") for p in ("sw", "yo")}
+    assert {(t["method"], t["partition"]) for t in table} == {
+        (m, p) for m in ("bm25", "bge-m3/dense") for p in ("sw", "yo")
+    }
     bad = tmp_path / "bad.tsv"
     bad.write_text("x\ty\n", encoding="utf-8")
     with pytest.raises(InputError, match="not a results table"):

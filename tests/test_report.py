@@ -21,18 +21,18 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import m3_config, planned_jobs, snakemake, write_config
 
-from miracl_eval import published, report, schemas, significance
+from miracl_eval import published, report, report_plan, schemas, significance, stage_costs
 
 LANGS = ["sw", "yo"]
-METHODS = ["bm25", "dense", "sparse", "multivec", "dense+sparse", "all"]
+METHODS = ["bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all"]
 PAIRS = [
-    ("dense", "bm25"),
-    ("sparse", "bm25"),
-    ("multivec", "bm25"),
-    ("dense+sparse", "bm25"),
-    ("all", "bm25"),
-    ("all", "dense"),
-    ("dense+sparse", "dense"),
+    ("bge-m3/dense", "bm25"),
+    ("bge-m3/sparse", "bm25"),
+    ("bge-m3/multivec", "bm25"),
+    ("bge-m3/dense+sparse", "bm25"),
+    ("bge-m3/all", "bm25"),
+    ("bge-m3/dense+sparse", "bge-m3/dense"),
+    ("bge-m3/all", "bge-m3/dense"),
 ]
 REPORT_FILES = [
     f"results/miracl_{name}"
@@ -58,35 +58,71 @@ def tsv_header(path: Path) -> list[str]:
 # =========================================================================== unit tests
 
 
-def test_comparison_pairs_follow_from_the_methods() -> None:
-    assert report.comparison_pairs(METHODS) == PAIRS
-    assert report.comparison_pairs(["bm25"]) == []
-    assert report.comparison_pairs(["dense"]) == []
-    assert report.comparison_pairs(["all", "dense", "dense+sparse"]) == [("all", "dense"), ("dense+sparse", "dense")]
-    assert report.comparison_pairs(["sparse", "bm25", "sparse"]) == [("sparse", "bm25")]
+def test_comparison_pairs_follow_from_the_rows() -> None:
+    assert report_plan.comparison_pairs(METHODS) == PAIRS
+    assert report_plan.comparison_pairs(["bm25"]) == []
+    assert report_plan.comparison_pairs(["m/dense"]) == []
+    assert report_plan.comparison_pairs(["m/all", "m/dense", "m/dense+sparse", "n/all"]) == [
+        ("m/all", "m/dense"),
+        ("m/dense+sparse", "m/dense"),
+    ]
+    assert report_plan.comparison_pairs(["e5/dense", "bm25", "e5/dense"]) == [("e5/dense", "bm25")]
+    hybrids = {"h": {"systems": ["bm25", "e5/dense"]}}
+    assert report_plan.comparison_pairs(["bm25", "e5/dense", "h"], hybrids) == [
+        ("e5/dense", "bm25"),
+        ("h", "bm25"),
+        ("h", "e5/dense"),
+    ]
 
 
-def test_report_inputs_and_settings_follow_the_configured_methods() -> None:
-    files = report.report_inputs("miracl", ["ndcg", "recall100"], METHODS)
+def test_report_inputs_and_settings_follow_the_configured_rows() -> None:
+    files = report_plan.report_inputs("miracl", ["ndcg", "recall100"], METHODS)
     assert files == [
         f for f in REPORT_FILES if "stage_costs" not in f and not f.endswith(("ndcg.tsv", "recall100.tsv"))
     ]
-    bm25 = report.report_inputs("miracl", ["ndcg"], ["bm25"])
+    bm25 = report_plan.report_inputs("miracl", ["ndcg"], ["bm25"])
     assert bm25 == [f"results/miracl_{n}" for n in ("ndcg.html", "ndcg.svg", "published.tsv", "published.html",
                                                      "settings.tsv", "settings.html")]  # fmt: skip
     from miracl_eval.config import validate
 
-    cfg = validate({"languages": ["sw"], "methods": ["bm25", "multivec"], "fusion": {"multivec": 2}})
-    settings = report.run_settings(cfg, "miracl", True, report.comparison_pairs(cfg["methods"]), {"n_bootstrap": 5})
-    assert list(settings) == ["data", "retrieval", "bm25", "BGE-M3", "dense index", "multi-vector rerank", "fusion",
-                              "significance"]  # fmt: skip
+    cfg = validate(
+        {
+            "languages": ["sw"],
+            "models": {
+                "bge-m3": {"weights": {"multivec": 2}},
+                "me5-small": {},
+                "unused": {"family": "dense", "checkpoint": "x"},
+            },
+            "methods": ["bm25", "bge-m3/multivec", "me5-small/dense"],
+        }
+    )
+    pairs = report_plan.comparison_pairs(cfg["methods"])
+    settings = report_plan.run_settings(cfg, "miracl", True, pairs, {"n_bootstrap": 5})
+    assert list(settings) == ["data", "retrieval", "bm25", "model bge-m3", "model me5-small", "encoder", "dense index",
+                              "multi-vector rerank and fusion", "significance"]  # fmt: skip
     assert settings["data"]["source"] == "Hugging Face hub, revision main" and settings["data"]["split"] == "dev"
-    assert settings["BGE-M3"]["model"] == "BAAI/bge-m3" and settings["BGE-M3"]["encoder.passage_max_length"] == 512
-    assert settings["fusion"] == {"fusion.multivec": 2}
+    m3 = settings["model bge-m3"]
+    assert m3["models.bge-m3.checkpoint"] == "BAAI/bge-m3" and m3["models.bge-m3.passage_max_length"] == 512
+    assert m3["models.bge-m3.weights.multivec"] == 2 and m3["models.bge-m3.weights.sparse"] == 0.3
+    assert settings["model me5-small"]["models.me5-small.query_prefix"] == "query: "
     assert settings["dense index"] == {"dense_index.type": "flat", "dense_index.gpu": True}
-    assert settings["significance"] == {"pairs (A vs B)": ["multivec vs bm25"], "bootstrap resamples": 5}
-    only_bm25 = report.run_settings(validate({"languages": ["sw"]}), "miracl")
+    assert settings["significance"] == {
+        "pairs (A vs B)": ["bge-m3/multivec vs bm25", "me5-small/dense vs bm25"],
+        "bootstrap resamples": 5,
+    }
+    only_bm25 = report_plan.run_settings(validate({"languages": ["sw"]}), "miracl")
     assert list(only_bm25) == ["data", "retrieval", "bm25"]
+
+
+def test_row_colours_are_fixed_per_row_and_distinct() -> None:
+    colors = report_plan.row_colors(METHODS + ["me5/dense", "h"])
+    assert colors["bm25"] == report_plan.BM25_COLOR
+    assert len(set(colors.values())) == len(colors)
+    assert report_plan.row_colors(["a/dense", "bm25", "b/dense"]) == {
+        "a/dense": report_plan.PALETTE[0],
+        "bm25": report_plan.BM25_COLOR,
+        "b/dense": report_plan.PALETTE[1],
+    }
 
 
 def write_results(path: Path, values: dict[str, dict[str, float]], parts: list[str], mean: bool = True) -> None:
@@ -111,7 +147,7 @@ def test_results_views_html_marks_the_best_and_chart_has_every_method(tmp_path: 
     # one bar per (method, column): matplotlib's patches carry the method colours
     body = chart.read_text(encoding="utf-8")
     for method in values:
-        assert body.count(f"fill: {report.METHOD_COLORS[method]}") >= 3 + 1  # 3 bars and the legend key
+        assert body.count(f"fill: {report_plan.row_colors(list(values))[method]}") >= 3 + 1  # 3 bars and the legend
     assert "Date" not in body  # reproducible: no time stamp
     again = tmp_path / "again.svg"
     report.results_views_stage(table, "R@100", "miracl", "dev", page, again)
@@ -139,7 +175,7 @@ def test_significance_stage_writes_pairs_partitions_measures(tmp_path: Path) -> 
         for m in methods:
             vals = {f"{p}{q}": float(v) for q, v in enumerate(rng.random(30))}
             files.append(per_query_file(tmp_path / f"{p}-{m}.parquet", vals))
-    pairs = report.comparison_pairs(methods)
+    pairs = report_plan.comparison_pairs(methods)
     out, page = tmp_path / "sig.tsv", tmp_path / "sig.html"
     kw = {"n_permutations": 200, "n_bootstrap": 200}
     report.significance_stage(files, methods, parts, pairs, ["nDCG@10", "R@100"], out, page, **kw)
@@ -232,7 +268,9 @@ def test_stage_costs_attribute_files_to_rules_and_filter_other_runs(tmp_path: Pa
     bench(stats / "miracl/odd/12.tsv", ("1.25", "1"))
     (stats / "miracl/notes.tsv").write_text("x\n1\n")  # matches no rule
     allowed = {"dataset": ["miracl"], "part": ["sw"], "corpus": ["sw"], "method": ["bm25", "dense+sparse"]}
-    rows = report.stage_costs(sorted(stats.rglob("*.tsv")), patterns, allowed, skip_rules=["tiny_model"], root=tmp_path)
+    rows = stage_costs.stage_costs(
+        sorted(stats.rglob("*.tsv")), patterns, allowed, skip_rules=["tiny_model"], root=tmp_path
+    )
     assert rows == [
         {"rule": "encode_corpus_shard", "jobs": 2, "total_s": 8.0, "max_s": 5.0, "max_rss_mb": 480.5},
         {"rule": "evaluate", "jobs": 2, "total_s": 4.0, "max_s": 3.0, "max_rss_mb": 120.0},
@@ -240,9 +278,9 @@ def test_stage_costs_attribute_files_to_rules_and_filter_other_runs(tmp_path: Pa
         {"rule": "odd", "jobs": 1, "total_s": 1.25, "max_s": 1.25, "max_rss_mb": 1.0},
     ]
     out, page = tmp_path / "costs.tsv", tmp_path / "costs.html"
-    report.stage_costs_stage(stats, patterns, out, page, allowed, root=tmp_path)
+    stage_costs.stage_costs_stage(stats, patterns, out, page, allowed, root=tmp_path)
     got = tsv_dicts(out)
-    assert tsv_header(out) == list(report.STAGE_COSTS_COLUMNS)
+    assert tsv_header(out) == list(stage_costs.STAGE_COSTS_COLUMNS)
     assert got[0] == {"rule": "tiny_model", "jobs": "1", "total_s": "10.5", "max_s": "10.5", "max_rss_mb": "400.0"}
     assert got[3]["max_rss_mb"] == ""
     assert re.search(r"all rules</td><td class=\"num\">7</td><td class=\"num\">24\.2</td>", page.read_text())
@@ -250,13 +288,16 @@ def test_stage_costs_attribute_files_to_rules_and_filter_other_runs(tmp_path: Pa
 
 def test_identify_benchmark_prefers_the_most_specific_pattern() -> None:
     patterns = {"generic": "stats/{dataset}/{name}.tsv", "tables": "stats/{dataset}/tables.tsv"}
-    assert report.identify_benchmark("stats/miracl/tables.tsv", patterns) == ("tables", {"dataset": "miracl"})
-    assert report.identify_benchmark("stats/miracl/x.tsv", patterns) == ("generic", {"dataset": "miracl", "name": "x"})
-    assert report.identify_benchmark("stats/miracl/a/x.tsv", patterns) is None
-    assert report.plain_pattern("s/{part,sw|yo}/{x,[0-9]{2}}/{m}.tsv") == "s/{part}/{x}/{m}.tsv"
-    assert report.pattern_regex("a/{x}/{x}.tsv").match("a/1/1.tsv") and not report.pattern_regex("a/{x}/{x}.tsv").match(
-        "a/1/2.tsv"
+    assert stage_costs.identify_benchmark("stats/miracl/tables.tsv", patterns) == ("tables", {"dataset": "miracl"})
+    assert stage_costs.identify_benchmark("stats/miracl/x.tsv", patterns) == (
+        "generic",
+        {"dataset": "miracl", "name": "x"},
     )
+    assert stage_costs.identify_benchmark("stats/miracl/a/x.tsv", patterns) is None
+    assert stage_costs.plain_pattern("s/{part,sw|yo}/{x,[0-9]{2}}/{m}.tsv") == "s/{part}/{x}/{m}.tsv"
+    assert stage_costs.pattern_regex("a/{x}/{x}.tsv").match("a/1/1.tsv") and not stage_costs.pattern_regex(
+        "a/{x}/{x}.tsv"
+    ).match("a/1/2.tsv")
 
 
 # =========================================================================== the report of a sample run
@@ -310,9 +351,10 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert report.SENSITIVITY_LABEL[1:] in results["results/miracl_sensitivity.svg"]["caption"]
     settings = {(r["setting"]): r["value"] for r in tsv_dicts(sample_report / "results/miracl_settings.tsv")}
     assert settings["dataset"] == "miracl" and settings["split"] == "dev" and settings["languages"] == "sw, yo"
-    assert settings["methods"] == ", ".join(METHODS) and settings["model"] == "resources/models/tiny-bge-m3"
-    assert settings["encoder.query_max_length"] == "256" and settings["encoder.passage_max_length"] == "512"
-    assert (settings["fusion.dense"], settings["fusion.sparse"], settings["fusion.multivec"]) == ("1", "0.3", "1")
+    m3 = "models.bge-m3."
+    assert settings["methods"] == ", ".join(METHODS) and settings[m3 + "checkpoint"] == "resources/models/tiny-bge-m3"
+    assert settings[m3 + "query_max_length"] == "256" and settings[m3 + "passage_max_length"] == "512"
+    assert [settings[m3 + f"weights.{c}"] for c in ("dense", "sparse", "multivec")] == ["1", "0.3", "1"]
     assert (settings["bm25.k1"], settings["bm25.b"]) == ("0.9", "0.4")
     assert settings["encoder.shard_size"] == "100" and settings["sw"] == "24 passages, 1 encoding shard of up to 100"
 
@@ -372,7 +414,8 @@ def test_published_side_by_side_matches_the_shipped_bm25_numbers(sample_report: 
 def test_sensitivity_at_the_fixed_weight_is_the_headline_number(sample_report: Path) -> None:
     rows = tsv_dicts(sample_report / "results/miracl_sensitivity.tsv")
     ndcg = published.read_results_table(sample_report / "results/miracl_ndcg.tsv")
-    assert {(r["partition"], r["method"]) for r in rows} == {(p, m) for p in LANGS for m in ("dense+sparse", "all")}
+    fused = ("bge-m3/dense+sparse", "bge-m3/all")
+    assert {(r["partition"], r["method"]) for r in rows} == {(p, m) for p in LANGS for m in fused}
     assert len(rows) == 2 * 2 * 11
     for r in rows:
         if r["sparse_weight"] == "0.3":
@@ -391,7 +434,7 @@ def test_top_differences_and_stage_costs(sample_report: Path) -> None:
         assert float(r["diff"]) == pytest.approx(float(r["value_a"]) - float(r["value_b"]))
         assert (float(r["diff"]) > 0) == (r["direction"] == "win")
     costs = {r["rule"]: r for r in tsv_dicts(sample_report / "results/miracl_stage_costs.tsv")}
-    assert tsv_header(sample_report / "results/miracl_stage_costs.tsv") == list(report.STAGE_COSTS_COLUMNS)
+    assert tsv_header(sample_report / "results/miracl_stage_costs.tsv") == list(stage_costs.STAGE_COSTS_COLUMNS)
     jobs = {rule: int(r["jobs"]) for rule, r in costs.items()}
     assert jobs["evaluate"] == 12 and jobs["tables"] == 1 and jobs["encode_corpus_shard"] == 2
     assert jobs["tiny_model"] == 1 and jobs["report_significance"] == 1 and "report_stage_costs" not in jobs
@@ -490,7 +533,9 @@ def test_charts_load_in_chromium(sample_report: Path, chromium: str, tmp_path: P
 def test_chart_screenshot_is_not_blank(sample_report: Path, chromium: str, tmp_path: Path) -> None:
     import matplotlib.image
 
-    for chart, colours in ((CHARTS[0], METHODS), (CHARTS[2], ["dense+sparse", "all"])):
+    swept = ["bge-m3/dense+sparse", "bge-m3/all"]
+    for chart, colours in ((CHARTS[0], METHODS), (CHARTS[2], swept)):
+        palette = report_plan.row_colors(colours)
         page = open_in_report(sample_report, tmp_path / "shot.html", show(chart))
         shot = tmp_path / f"{Path(chart).stem}.png"
         proc = run_browser(chromium, page, f"--screenshot={shot}", "--window-size=1600,1000")
@@ -499,6 +544,6 @@ def test_chart_screenshot_is_not_blank(sample_report: Path, chromium: str, tmp_p
         content = pixels[:, 330:]  # right of the report's menu
         assert len(np.unique(content.reshape(-1, 3), axis=0)) > 20, "blank screenshot"
         for method in colours:  # the bars (or lines) of every method are drawn in their colour
-            rgb = [int(report.METHOD_COLORS[method][i : i + 2], 16) for i in (1, 3, 5)]
+            rgb = [int(palette[method][i : i + 2], 16) for i in (1, 3, 5)]
             near = np.all(np.abs(content - rgb) <= 6, axis=2).sum()
-            assert near > 30, f"{chart}: no pixels of {method}'s colour {report.METHOD_COLORS[method]}"
+            assert near > 30, f"{chart}: no pixels of {method}'s colour {palette[method]}"

@@ -45,24 +45,25 @@ def test_all_six_methods_have_rows(m3_run: Path) -> None:
         assert list(rows) == METHODS
         assert all(0.0 <= float(v) <= 1.0 for values in rows.values() for v in values)
     for lang in LANGS:
-        shards = sorted((m3_run / "resources" / "miracl" / "encoded" / lang / "dense").iterdir())
+        shards = sorted((m3_run / "resources/miracl/encoded/bge-m3/corpus" / lang / "dense").iterdir())
         assert len(shards) == 3, "24 passages in shards of 10"
 
 
 def test_fused_scores_are_weighted_sums_of_kept_components(m3_run: Path) -> None:
     weights = {"all": (1.0, 0.3, 1.0), "dense+sparse": (1.0, 0.3, 0.0), "multivec": (0.0, 0.0, 1.0)}
     for lang in LANGS:
+        runs = m3_run / "runs" / "miracl" / lang / "bge-m3"
         for method, (wd, ws, wm) in weights.items():
-            run = pq.read_table(m3_run / "runs" / "miracl" / lang / f"{method}.parquet").to_pylist()
-            comps = pq.read_table(m3_run / "runs" / "miracl" / lang / f"{method}.components.parquet").to_pylist()
+            run = pq.read_table(runs / f"{method}.parquet").to_pylist()
+            comps = pq.read_table(runs / f"{method}.components.parquet").to_pylist()
             by_pair = {(c["qid"], c["docid"]): c for c in comps}
             assert run and len(run) <= len(comps)
             for r in run:
                 c = by_pair[(r["qid"], r["docid"])]
                 expected = wd * c["dense"] + ws * c["sparse"] + (wm * c["multivec"] if wm else 0.0)
                 assert r["score"] == pytest.approx(expected, abs=1e-9)
-            trec = (m3_run / "runs" / "miracl" / lang / f"{method}.trec").read_text().splitlines()
-            assert len(trec) == len(run) and all(line.endswith(f" {method}") for line in trec)
+            trec = (runs / f"{method}.trec").read_text().splitlines()
+            assert len(trec) == len(run) and all(line.endswith(f" bge-m3/{method}") for line in trec)
 
 
 def test_rerun_has_nothing_to_do(m3_run: Path) -> None:
@@ -71,7 +72,7 @@ def test_rerun_has_nothing_to_do(m3_run: Path) -> None:
 
 
 def test_fusion_weight_reruns_only_fusion_and_evaluation(m3_run: Path) -> None:
-    cfg = m3_config(fusion={"dense": 1.0, "sparse": 0.5, "multivec": 1.0})
+    cfg = m3_config(m3={"weights": {"sparse": 0.5}})
     assert planned_jobs(_dry(m3_run, cfg, "weights.yaml")) == {"fuse": 4, "evaluate": 4, "tables": 1}
 
 
@@ -90,16 +91,16 @@ def test_added_language_runs_only_its_jobs(m3_run: Path) -> None:
         if rule in ("tables", "all"):
             continue
         assert "zh" in wildcards, (rule, wildcards)
-    assert {"preprocess_corpus", "preprocess_topics", "bm25_index", "encode_queries"} <= {r for r, _ in jobs}
+    assert {"preprocess_corpus", "preprocess_topics", "bm25_index", "encode_queries_dense_sparse"} <= {
+        r for r, _ in jobs
+    }
     assert "tiny_model" not in {r for r, _ in jobs}
 
 
 def test_encoder_max_length_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
-    cfg = m3_config()
-    cfg["encoder"] = {**cfg["encoder"], "passage_max_length": 128}
-    jobs = planned_jobs(_dry(m3_run, cfg, "maxlen.yaml"))
+    jobs = planned_jobs(_dry(m3_run, m3_config(m3={"passage_max_length": 128}), "maxlen.yaml"))
     assert jobs == {
-        "encode_corpus_shard": 6,
+        "encode_corpus_dense_sparse": 6,
         "dense_index": 2,
         "sparse_index": 2,
         "dense_search": 2,
@@ -116,8 +117,8 @@ def test_model_change_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
     other = m3_run / "other-model"
     if not other.exists():
         shutil.copytree(m3_run / "resources" / "models" / "tiny-bge-m3", other)
-    jobs = planned_jobs(_dry(m3_run, m3_config(model=str(other)), "model.yaml"))
-    assert jobs["encode_corpus_shard"] == 6 and jobs["encode_queries"] == 2
+    jobs = planned_jobs(_dry(m3_run, m3_config(m3={"checkpoint": str(other)}), "model.yaml"))
+    assert jobs["encode_corpus_dense_sparse"] == 6 and jobs["encode_queries_dense_sparse"] == 2
     assert not {"preprocess_corpus", "preprocess_topics", "bm25_index", "bm25_search", "tiny_model"} & set(jobs)
     assert jobs["evaluate"] == 10
 
@@ -128,7 +129,7 @@ def test_killed_encoding_resumes_with_finished_shards_and_equal_tables(m3_run: P
         sys.executable, "-m", "snakemake", "results/miracl_ndcg.tsv", "-s", str(REPO / "Snakefile"),
         "--directory", str(tmp_path), "--configfile", str(cfg_path), "--cores", "1",
     ]  # fmt: skip
-    shard_dir = tmp_path / "resources" / "miracl" / "encoded" / "sw" / "dense"
+    shard_dir = tmp_path / "resources/miracl/encoded/bge-m3/corpus/sw/dense"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 600
