@@ -36,7 +36,13 @@ from .errors import InputError
 from .tsv import format_tsv
 
 PACKAGE_DIR = "data/published"
-FILES: tuple[str, ...] = ("bge_m3_miracl_ndcg10.tsv", "pyserini_miracl_bm25.tsv", "messirve_test.tsv")
+FILES: tuple[str, ...] = (
+    "bge_m3_miracl_ndcg10.tsv",
+    "pyserini_miracl_bm25.tsv",
+    "pyserini_miracl_dense.tsv",
+    "mteb_miracl_e5.tsv",
+    "messirve_test.tsv",
+)
 COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip

@@ -35,7 +35,9 @@ def test_files_and_sources_are_shipped() -> None:
         assert DATA.joinpath(name).is_file(), name
     sources = DATA.joinpath("SOURCES.md").read_text(encoding="utf-8")
     ids = {r.source_id for r in published.load_published()}
-    assert ids == {"bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "messirve-full"}
+    assert ids == {
+        "bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "pyserini-1.6.0-2cr-dense", "mteb-results", "messirve-full",
+    }  # fmt: skip
     for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994"):
         assert needle in sources
 
