@@ -24,6 +24,7 @@ Published values printed ×100 are converted to the 0–1 scale with exact decim
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,7 +41,14 @@ from .systems import METHOD_NAMES, system_facts
 from .tsv import format_tsv
 
 PACKAGE_DIR = "data/published"
-FILES: tuple[str, ...] = ("bge_m3_miracl_ndcg10.tsv", "pyserini_miracl_bm25.tsv", "messirve_test.tsv")
+FILES: tuple[str, ...] = (
+    "bge_m3_miracl_ndcg10.tsv",
+    "pyserini_miracl_bm25.tsv",
+    "pyserini_miracl_dense.tsv",
+    "pyserini_miracl_hybrid.tsv",
+    "mteb_miracl_e5.tsv",
+    "messirve_test.tsv",
+)
 COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip
@@ -85,7 +93,13 @@ def _parse_config(text: str, path: str, line: int) -> tuple[tuple[str, str], ...
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise InputError(path, f"config item {item!r} is not key=value", line)
-        pairs.append((key.strip(), value.strip()))
+        value = value.strip()
+        if value.startswith('"'):  # a JSON string literal keeps its spaces: model.query_prefix="query: "
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise InputError(path, f"config value {value} is not a JSON string", line) from None
+        pairs.append((key.strip(), value))
     return tuple(pairs)
 
 

@@ -44,7 +44,10 @@ def test_files_and_sources_are_shipped() -> None:
         assert DATA.joinpath(name).is_file(), name
     sources = DATA.joinpath("SOURCES.md").read_text(encoding="utf-8")
     ids = {r.source_id for r in published.load_published()}
-    assert ids == {"bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "messirve-full"}
+    assert ids == {
+        "bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "pyserini-1.6.0-2cr-dense", "pyserini-1.6.0-2cr-hybrid",
+        "mteb-results", "messirve-full",
+    }  # fmt: skip
     for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994"):
         assert needle in sources
 
@@ -255,3 +258,36 @@ def test_read_results_table_round_trip(tmp_path: Path) -> None:
     bad.write_text("x\ty\n", encoding="utf-8")
     with pytest.raises(InputError, match="not a results table"):
         published.read_results_table(bad)
+
+
+def test_me5_large_rows_are_compared_only_with_that_checkpoint_and_settings() -> None:
+    def me5_rows(**settings: object) -> set[str]:
+        cfg = validate(
+            {"languages": list(MIRACL_LANGUAGES), "models": {"me5-large": settings}, "methods": ["me5-large/dense"]}
+        )
+        table = published.side_by_side({"me5-large/dense": {"sw": 0.7}}, "miracl", "dev", "nDCG@10", cfg)
+        return {str(t["system"]) for t in table}
+
+    assert me5_rows() == {"mE5-large"}  # the preset: checkpoint, mean pooling, normalised, prefixes
+    assert me5_rows(query_max_length=128) == {"mE5-large"}  # a length is not a setting the source states
+    assert me5_rows(query_prefix="") == set()
+    assert me5_rows(pooling="cls") == set()
+    assert me5_rows(checkpoint="intfloat/multilingual-e5-base") == set()
+
+
+def test_pyserini_hybrid_rows_need_bm25_first_and_its_interpolation() -> None:
+    def hybrid_rows(systems: list[str], **settings: object) -> set[str]:
+        cfg = validate(
+            {
+                "languages": list(MIRACL_LANGUAGES),
+                "models": {"mdpr": {}},
+                "methods": ["bm25", "mdpr/dense", "h"],
+                "hybrids": {"h": {"systems": systems, "method": "interpolation", **settings}},
+            }
+        )
+        table = published.side_by_side({"h": {"sw": 0.7}}, "miracl", "dev", "nDCG@10", cfg)
+        return {str(t["source_id"]) for t in table}
+
+    assert hybrid_rows(["bm25", "mdpr/dense"]) == {"pyserini-1.6.0-2cr-hybrid"}
+    assert hybrid_rows(["mdpr/dense", "bm25"]) == set()
+    assert hybrid_rows(["bm25", "mdpr/dense"], alpha=0.3) == set()
