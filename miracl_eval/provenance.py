@@ -6,7 +6,7 @@ Snakemake merges the configuration key by key: first the workflow's default file
 and every key it does not set keeps the earlier value. A ``config.yaml`` left in the working
 directory therefore fills in what ``--configfile exp2.yaml`` leaves out. When two or more sources
 are merged, :func:`log_config_origins` logs which source each setting comes from (a warning when
-the default file contributes to a run given ``--configfile``), and the ``effective_config`` rule
+the default file changes a setting of a run given ``--configfile``), and the ``effective_config`` rule
 keeps the merged, validated configuration with the results (:func:`write_effective_config`).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .atomic import write_text_atomic
+from .config import validate
 from .errors import ConfigError
 
 #: the origin of a setting that no source sets (config.schema.yaml's default, or the dataset's)
@@ -63,6 +64,34 @@ def describe(layers: Sequence[Layer], config: Mapping[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+def _merge(layers: Sequence[Layer]) -> dict[str, Any]:
+    """The layers merged as Snakemake merges them: mappings key by key, any other value replaced."""
+
+    def update(base: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+        for key, value in new.items():
+            if isinstance(value, Mapping):
+                below = base.get(key)
+                base[key] = update(dict(below) if isinstance(below, Mapping) else {}, value)
+            else:
+                base[key] = value
+        return base
+
+    merged: dict[str, Any] = {}
+    for _, layer in layers:
+        update(merged, layer)
+    return merged
+
+
+def changed_by(layers: Sequence[Layer], labels: Sequence[str], config: Mapping[str, Any]) -> list[str]:
+    """The settings of ``config`` that differ from what the layers other than ``labels`` give alone
+    (all that those layers set, when the others alone are not a valid config)."""
+    try:
+        alone = dict(leaves(validate(_merge([layer for layer in layers if layer[0] not in labels]))))
+    except ConfigError:
+        return [key for key, origin in origins(layers, config).items() if origin in labels]
+    return [key for key, value in leaves(config) if key not in alone or alone[key] != value]
+
+
 def _load(path: Path) -> Mapping[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -86,16 +115,24 @@ def snakemake_layers(workflow: Any) -> tuple[list[Layer], list[str]]:
 
 def log_config_origins(workflow: Any, config: Mapping[str, Any]) -> None:
     """Snakefile hook: log where each setting comes from when sources are merged (main process only),
-    as a warning when the default file sets something that a ``--configfile`` run did not ask for."""
+    as a warning when the workflow's default file changes a setting of a run given ``--configfile``."""
     if not workflow.is_main_process:
         return
     from snakemake.logging import logger
 
     layers, unasked = snakemake_layers(workflow)
     text = describe(layers, config)
-    if text:
-        leaked = set(unasked) & set(origins(layers, config).values())
-        (logger.warning if leaked else logger.info)(text)
+    if not text:
+        return
+    changed = changed_by(layers, unasked, config) if unasked else []
+    if not changed:
+        logger.info(text)
+        return
+    values = dict(leaves(config))
+    logger.warning(
+        f"{text}\n{', '.join(unasked)} (the workflow's default config file, read from the working directory) "
+        f"changes {', '.join(f'{k}={values[k]!r}' for k in changed)} of this --configfile run"
+    )
 
 
 HEADER = (

@@ -28,17 +28,14 @@ SIGNIFICANCE = {
 }
 
 
-def run_records(dataset):
-    """What a run keeps beside its numbers: the effective configuration, and the judged passages
-    missing from each partition's corpus."""
-    return [f"results/{dataset}_config.yaml"] + [
-        f"results/{dataset}/{part}/judged_not_in_corpus.tsv" for part in PARTS
-    ]
-
-
+# What a run keeps beside its numbers: the effective configuration, and the judged passages
+# missing from each partition's corpus.
+RUN_RECORDS = ["results/{dataset}_config.yaml"] + expand(
+    "results/{{dataset}}/{part}/judged_not_in_corpus.tsv", part=PARTS
+)
 REPORT_TARGETS = (
     report_inputs(DATASET.name, MEASURE_KEYS, METHODS)
-    + run_records(DATASET.name)
+    + expand(RUN_RECORDS, dataset=DATASET.name)
     + [f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")]
 )
 
@@ -299,7 +296,7 @@ rule report_stage_costs:
     input:
         expand("results/{{dataset}}_{key}.tsv", key=MEASURE_KEYS),
         report_inputs("{dataset}", MEASURE_KEYS, METHODS),
-        run_records("{dataset}"),
+        RUN_RECORDS,
     output:
         tsv=report(
             "results/{dataset}_stage_costs.tsv",

@@ -9,7 +9,14 @@ import pytest
 import yaml
 
 from miracl_eval.config import validate
-from miracl_eval.provenance import HEADER, describe, origins, snakemake_layers, write_effective_config
+from miracl_eval.provenance import (
+    HEADER,
+    changed_by,
+    describe,
+    origins,
+    snakemake_layers,
+    write_effective_config,
+)
 
 LAYERS = [
     ("/w/config.yaml", {"dataset": "miracl", "hits": 5, "threads": 8, "bm25": {"k1": 0.9, "b": 0.4}}),
@@ -33,6 +40,13 @@ def test_each_setting_comes_from_the_last_source_that_sets_it() -> None:
         "bm25.b": "/w/exp2.yaml",
     }
     assert where["split"] == where["fusion.sparse"] == "default"
+
+
+def test_what_the_default_file_changes() -> None:
+    """config.yaml's bm25.k1=0.9 is the default and its threads are overridden: only hits=5 changes the run."""
+    assert changed_by(LAYERS, ["/w/config.yaml"], _merged()) == ["hits"]
+    # without exp2.yaml the config has no languages (invalid): all that exp2.yaml sets counts
+    assert changed_by(LAYERS, ["/w/exp2.yaml"], _merged()) == ["dataset", "languages", "bm25.b"]
 
 
 def test_merged_sources_are_logged_one_line_each() -> None:

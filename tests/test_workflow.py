@@ -175,6 +175,8 @@ def test_merged_config_files_are_logged_and_the_effective_config_is_kept(merged_
     work, _, output = merged_run
     assert f"the configuration merges {work / 'config.yaml'}, {work / 'exp2.yaml'}" in output
     assert f"  from {work / 'config.yaml'}: hits=5\n" in output
+    assert f"{work / 'config.yaml'} (the workflow's default config file, read from the working directory)" in output
+    assert "changes hits=5 of this --configfile run" in output
     effective = yaml.safe_load((work / "results" / "miracl_config.yaml").read_text(encoding="utf-8"))
     assert effective["hits"] == 5 and effective["languages"] == ["yo"] and effective["bm25"]["b"] == 0.4
 
