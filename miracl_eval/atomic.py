@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -35,9 +36,10 @@ def _tmp_prefix(final: Path) -> str:
 def remove_leftovers(path: str | os.PathLike[str]) -> None:
     """Remove the temporaries of ``path`` that a killed stage left beside it."""
     final = Path(path)
-    prefix = _tmp_prefix(final)
+    # the names atomic_output and scratch_dir give (8 characters of uuid4 hex or of tempfile's names)
+    ours = re.compile(re.escape(_tmp_prefix(final)) + r"(?:scratch-)?[a-z0-9_]{8}")
     for leftover in final.parent.iterdir():
-        if leftover.name.startswith(prefix):
+        if ours.fullmatch(leftover.name):
             log.info("removing %s, left by an earlier run that was killed", leftover)
             _remove(leftover)
 
