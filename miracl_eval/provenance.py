@@ -149,7 +149,7 @@ def write_effective_config(config: Mapping[str, Any], output: str | os.PathLike[
 
 
 def _plain(value: Any) -> Any:
-    """Snakemake hands params over as its own mapping and list types; YAML wants plain ones."""
+    """Plain dicts and lists for YAML (a config file read as JSON gives OrderedDicts)."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
