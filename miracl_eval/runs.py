@@ -1,6 +1,7 @@
 """Runs: rankings kept as Parquet (qid, docid, rank, score) and as standard 6-column TREC files.
 
-A run never drops a hit because its docid equals its qid (MIRACL qids can look like docids).
+A run never drops a hit because its docid equals its qid (MIRACL qids can look like docids), and
+never writes an id that would break the 6 columns of a TREC line (:mod:`miracl_eval.ids`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow as pa
 from . import schemas
 from .atomic import atomic_output
 from .errors import InputError
+from .ids import first_bad_id, id_problem
 
 
 def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None = None) -> pa.Table:
@@ -42,6 +44,10 @@ def format_trec(table: pa.Table, tag: str) -> Iterable[str]:
     """TREC run lines ``qid Q0 docid rank score tag``; scores are written exactly (round-trip)."""
     if any(c.isspace() for c in tag) or not tag:
         raise ValueError(f"run tag {tag!r} must be a non-empty word")
+    for column, what in (("qid", "query id"), ("docid", "docid")):
+        bad = first_bad_id(table.column(column))
+        if bad is not None:
+            raise ValueError(f"{what} {bad!r} {id_problem(bad)} (a TREC line cannot hold it)")
     qids = table.column("qid").to_pylist()
     docids = table.column("docid").to_pylist()
     ranks = table.column("rank").to_pylist()

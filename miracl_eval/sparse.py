@@ -231,7 +231,7 @@ def build_sparse_index(
         if kept < total:
             log.warning("%d of %d passages have no lexical weight after quantization; not indexed", total - kept, total)
 
-    result = build_impact_index(records, None, index_out, threads=threads, log_path=log_path, heap=heap)
+    result = build_impact_index(records, index_out, threads=threads, log_path=log_path, heap=heap)
     log.info("impact index of %d passages -> %s", result.documents, index_out)
     return result
 

@@ -3,7 +3,8 @@
 ``scripts/*.py`` call :func:`run_stage` with the library function that does the work. A
 :class:`MiraclEvalError` (bad input, bad config, failed download) becomes one message on
 stderr and in the log, and a non-zero exit; Snakemake then removes the job's outputs (which
-are written atomically, so nothing partial is left in any case).
+are written atomically, so nothing partial is left in any case). Any other exception is a bug
+or a fault of the machine: its traceback goes to stderr and the log, and the exit is non-zero.
 """
 
 from __future__ import annotations
@@ -26,15 +27,19 @@ def setup_logging(log_path: str | None) -> None:
 
 
 def run_stage(snakemake: Any, work: Callable[[], Any]) -> None:
-    """Run ``work()`` for a Snakemake ``script:`` job; exit 1 with one line on a known error."""
+    """Run ``work()`` for a Snakemake ``script:`` job; exit 1 with one line on a known error,
+    with the traceback on any other (both in the job's log)."""
     log_path = str(snakemake.log[0]) if len(snakemake.log) else None
     setup_logging(log_path)
     logger = logging.getLogger("miracl_eval.stage")
     logger.info("rule %s, wildcards %s", snakemake.rule, dict(snakemake.wildcards.items()))
     try:
         result = work()
-    except MiraclEvalError as err:
-        logger.error("%s", err)
+    except Exception as err:
+        if isinstance(err, MiraclEvalError):
+            logger.error("%s", err)
+        else:
+            logger.exception("unexpected error in rule %s", snakemake.rule)
         logging.shutdown()
         sys.exit(1)
     if result is not None:

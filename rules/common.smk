@@ -45,6 +45,8 @@ PATHS = {
     "trec": "runs/{dataset}/{part}/{system}.trec",
     "components": "runs/{dataset}/{part}/{system}.components.parquet",
     "per_query": "results/{dataset}/{part}/{system}.per_query.parquet",
+    "judged_not_in_corpus": "results/{dataset}/{part}/judged_not_in_corpus.tsv",
+    "effective_config": "results/{dataset}_config.yaml",
     "table": "results/{dataset}_{measure}.tsv",
     "tiny_model": "resources/models/tiny-{tiny}",
 }

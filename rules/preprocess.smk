@@ -39,3 +39,28 @@ checkpoint preprocess_topics:
         mem_mb=2000,
     script:
         "../scripts/preprocess_topics.py"
+
+
+# Judged passages that are not in the corpus: listed per partition and counted in the log.
+rule judged_not_in_corpus:
+    input:
+        qrels=PATHS["qrels"],
+        corpus=part_corpus(PATHS["corpus"]),
+    output:
+        report(
+            PATHS["judged_not_in_corpus"],
+            caption="../report/judged_not_in_corpus.rst",
+            category="Data checks",
+            subcategory="Judged passages not in the corpus",
+        ),
+    log:
+        "logs/{dataset}/judged_not_in_corpus/{part}.log",
+    benchmark:
+        "stats/{dataset}/judged_not_in_corpus/{part}.tsv"
+    conda:
+        "../envs/data.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    script:
+        "../scripts/judged_not_in_corpus.py"

@@ -1,7 +1,8 @@
 # What Snakemake's report shows (`snakemake --report report.html` after a run): readable result
 # tables and bar charts, the published numbers side by side, paired significance and the top
-# per-query wins and losses, the fusion sensitivity view, the run's settings and every stage's
-# time and peak memory. All of it is built by the default target (rule all) and by `report_inputs`.
+# per-query wins and losses, the fusion sensitivity view, the run's settings and effective
+# configuration, the judged passages missing from each corpus, and every stage's time and peak
+# memory. All of it is built by the default target (rule all) and by `report_inputs`.
 
 from miracl_eval.metrics import MEASURES, PRIMARY
 from miracl_eval.report import measure_label, sensitivity_weights
@@ -34,9 +35,16 @@ SIGNIFICANCE = {
 }
 
 
-REPORT_TARGETS = report_inputs(DATASET.name, MEASURE_KEYS, METHODS, HYBRIDS) + [
-    f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")
-]
+# What a run keeps beside its numbers: the effective configuration, and the judged passages
+# missing from each partition's corpus.
+RUN_RECORDS = [PATHS["effective_config"]] + expand(
+    path("judged_not_in_corpus", dataset="{{dataset}}"), part=PARTS
+)
+REPORT_TARGETS = (
+    report_inputs(DATASET.name, MEASURE_KEYS, METHODS, HYBRIDS)
+    + expand(RUN_RECORDS, dataset=DATASET.name)
+    + [f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")]
+)
 
 
 rule report_results:
@@ -265,10 +273,35 @@ rule report_settings:
         "../scripts/report_settings.py"
 
 
+rule effective_config:
+    output:
+        report(
+            PATHS["effective_config"],
+            caption="../report/effective_config.rst",
+            category="Run settings and costs",
+            subcategory="Effective configuration",
+        ),
+    log:
+        "logs/{dataset}/effective_config.log",
+    benchmark:
+        "stats/{dataset}/effective_config.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        config=config,
+    script:
+        "../scripts/effective_config.py"
+
+
 rule report_stage_costs:
     input:
         expand(path("table", dataset="{{dataset}}"), measure=MEASURE_KEYS),
         report_inputs("{dataset}", MEASURE_KEYS, METHODS, HYBRIDS),
+        RUN_RECORDS,
     output:
         tsv=report(
             "results/{dataset}_stage_costs.tsv",

@@ -125,3 +125,55 @@ def test_ids_stay_strings(tmp_path: Path) -> None:
     assert [q for _, q, _ in iter_topics(topics)] == ["007", "10020#0"]
     qrels = _write(tmp_path / "q.tsv", "007\tQ0\t007\t1\n")
     assert list(iter_qrels(qrels)) == [(1, "007", "007", 1)]
+
+
+BOM = "\ufeff"
+
+
+def test_byte_order_mark_is_dropped_from_every_file(tmp_path: Path) -> None:
+    topics = _write(tmp_path / "t.tsv", f"{BOM}12\tuno\n13\tdos\n")
+    qrels = _write(tmp_path / "q.tsv", f"{BOM}12 Q0 a 1\n13 Q0 b 1\n")
+    corpus = _write(tmp_path / "c.jsonl", BOM + json.dumps({"docid": "a", "text": "x"}) + "\n", gz=True)
+    assert [q for _, q, _ in iter_topics(topics)] == ["12", "13"]
+    assert [(q, d) for _, q, d, _ in iter_qrels(qrels)] == [("12", "a"), ("13", "b")]
+    assert [p.docid for _, p in iter_corpus(corpus)] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("t.tsv", "1\tq\n1455 1\tq\n", "line 2: query id '1455 1' contains U+0020 (SPACE)"),
+        ("t.tsv", "1\u200b\tq\n", "line 1: query id '1\\u200b' contains U+200B (ZERO WIDTH SPACE)"),
+        ("q.tsv", "1 Q0 a 1\n1 Q0 \ufeffb 1\n", "line 2: docid '\\ufeffb' contains U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+        ("c.jsonl", '{"docid": "8870 2", "text": "x"}\n', "line 1: docid '8870 2' contains U+0020 (SPACE)"),
+        (
+            "c.jsonl",
+            '{"docid": "a\\u00a0b", "text": "x"}\n',
+            "line 1: docid 'a\\xa0b' contains U+00A0 (NO-BREAK SPACE)",
+        ),
+    ],
+)
+def test_ids_that_a_trec_file_cannot_hold(tmp_path: Path, name: str, content: str, message: str) -> None:
+    path = _write(tmp_path / name, content)
+    loader = {"t.tsv": iter_topics, "q.tsv": iter_qrels, "c.jsonl": iter_corpus}[name]
+    with pytest.raises(InputError) as err:
+        list(loader(path))
+    assert str(err.value) == f"{path}, {message}: ids must not contain whitespace or invisible characters"
+
+
+def test_unpaired_surrogate_escape_names_file_line_and_field(tmp_path: Path) -> None:
+    good = json.dumps({"docid": "1", "text": "emoji \U0001f600"})  # a surrogate pair: valid
+    path = _write(tmp_path / "c.jsonl", good + '\n{"docid": "2", "title": "t", "text": "a\\ud800b"}\n')
+    with pytest.raises(InputError) as err:
+        list(iter_corpus(path))
+    assert str(err.value) == f"{path}, line 2: (docid 2) 'text' holds an unpaired surrogate escape \\ud800"
+    assert [p.text for _, p in iter_corpus(_write(tmp_path / "ok.jsonl", good))] == ["emoji \U0001f600"]
+
+
+def test_topics_header_line_is_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(tmp_path / "topics.tsv", "qid\tquery\n7\tuno\n")
+    assert [q for _, q, _ in iter_topics(path)] == ["7"]
+    assert f"{path}, line 1: 'qid\\tquery' is a header line, not a query; skipped" in caplog.text
+    caplog.clear()
+    assert [q for _, q, _ in iter_topics(_write(tmp_path / "t2.tsv", "7\tuno\nqid\tquery\n"))] == ["7", "qid"]
+    assert not caplog.records, "only a first line is a header"

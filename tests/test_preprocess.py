@@ -11,7 +11,7 @@ from conftest import SAMPLE
 
 from miracl_eval import schemas
 from miracl_eval.errors import InputError
-from miracl_eval.preprocess import build_corpus, build_corpus_from, build_qrels, build_queries, join_title
+from miracl_eval.preprocess import build_corpus, build_corpus_from, build_qrels, build_queries, build_topics, join_title
 
 
 def _corpus(path: Path, records: list[dict]) -> Path:
@@ -89,3 +89,29 @@ def test_qrels_of_unknown_queries_are_counted_not_fatal(tmp_path: Path) -> None:
     assert (stats.unknown_queries, stats.unknown_judgements, stats.judgements) == (1, 2, 2)
     table = pq.read_table(tmp_path / "qrels.parquet").to_pylist()
     assert {"qid": "10020#0", "docid": "10020#0", "relevance": 0} in table
+
+
+def test_byte_order_marks_change_neither_qids_nor_scores(tmp_path: Path) -> None:
+    """A BOM used to turn qid 12 into '\\ufeff12', which the run's 12 did not match: nDCG@10 fell from 1 to 0.5."""
+    from miracl_eval.metrics import evaluate_run, load_qrels, mean_by_measure
+    from miracl_eval.runs import rank_hits, write_run
+
+    (tmp_path / "t.tsv").write_text("\ufeff12\tuno\n13\tdos\n", encoding="utf-8")
+    (tmp_path / "q.tsv").write_text("\ufeff12 Q0 a 1\n12 Q0 b 0\n13 Q0 b 1\n", encoding="utf-8")
+    stats = build_topics(
+        tmp_path / "t.tsv", tmp_path / "q.tsv", tmp_path / "queries.parquet", tmp_path / "qrels.parquet"
+    )
+    assert (stats.queries, stats.judgements, stats.unknown_queries) == (2, 3, 0)
+    assert pq.read_table(tmp_path / "queries.parquet").column("qid").to_pylist() == ["12", "13"]
+    run = rank_hits({"12": [("a", 2.0), ("b", 1.0)], "13": [("b", 1.0)]})  # both perfect
+    write_run(run, tmp_path / "run.parquet", tmp_path / "run.trec", "bm25")
+    per_query = evaluate_run(tmp_path / "run.parquet", load_qrels(tmp_path / "qrels.parquet"))
+    assert sorted(set(per_query.column("qid").to_pylist())) == ["12", "13"]
+    assert mean_by_measure(per_query) == {"nDCG@10": 1.0, "R@100": 1.0}
+
+
+def test_empty_passage_is_kept(tmp_path: Path) -> None:
+    src = _corpus(tmp_path / "c.jsonl", [{"docid": "1#0", "title": "", "text": ""}, {"docid": "2#0", "text": "b"}])
+    stats = build_corpus([src], tmp_path / "corpus.parquet", "{title} {text}")
+    assert stats.passages == 2
+    assert pq.read_table(tmp_path / "corpus.parquet").column("contents").to_pylist() == ["", "b"]

@@ -45,3 +45,17 @@ def test_trec_eval_reads_our_run(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "recall_100" in out.stdout and "1.0000" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("qid", "docid", "bad"), [("1455#1", "8870 2", "docid '8870 2'"), ("1 2", "d", "query id '1 2'")]
+)
+def test_an_id_with_whitespace_never_reaches_a_trec_file(tmp_path: Path, qid: str, docid: str, bad: str) -> None:
+    """``1455#1 Q0 8870 2 3 1.03 bm25`` has 7 columns: trec_eval and ranx misread it."""
+    with pytest.raises(ValueError) as err:
+        write_run(rank_hits({qid: [(docid, 1.03)]}), tmp_path / "r.parquet", tmp_path / "r.trec", "bm25")
+    assert str(err.value) == (
+        f"{bad} contains U+0020 (SPACE): ids must not contain whitespace or invisible characters"
+        " (a TREC line cannot hold it)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -150,3 +150,41 @@ def test_offline_download_says_how_to_use_local_files(tmp_path: Path, monkeypatc
     assert "Could not download 'miracl-v1.0-sw/topics/topics.miracl-v1.0-sw-dev.tsv'" in text
     assert "set source.corpus, source.topics and source.qrels in the config" in text
     assert not (tmp_path / "resources" / "miracl" / "downloads" / "topics" / "sw" / "topics.tsv").exists()
+
+
+@pytest.fixture(scope="module")
+def merged_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """A ``config.yaml`` left in the working directory under ``--configfile exp2.yaml``, whose Yoruba
+    corpus holds an unpaired surrogate escape: the effective config and the corpus, in one run."""
+    work = tmp_path_factory.mktemp("merged")
+    write_config(work, {"hits": 5, "threads": 1})
+    lines = (SAMPLE / "miracl" / "yo" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[2] = lines[2].replace('"text": "', '"text": "\\ud800', 1)
+    bad = work / "yo.jsonl"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = sample_config(["yo"], methods=["bm25"])
+    cfg["source"]["corpus"] = str(bad)
+    exp2 = write_config(work, cfg, "exp2.yaml")
+    targets = ("results/miracl_config.yaml", "resources/miracl/corpus/yo/corpus.parquet")
+    proc = snakemake(work, exp2, *targets, args=("--keep-going",), check=False)
+    assert proc.returncode != 0
+    return work, bad, proc.stdout + proc.stderr
+
+
+def test_merged_config_files_are_logged_and_the_effective_config_is_kept(merged_run: tuple[Path, Path, str]) -> None:
+    work, _, output = merged_run
+    assert f"the configuration merges {work / 'config.yaml'}, {work / 'exp2.yaml'}" in output
+    assert f"  from {work / 'config.yaml'}: hits=5\n" in output
+    assert f"{work / 'config.yaml'} (the workflow's default config file, read from the working directory)" in output
+    assert "changes hits=5 of this --configfile run" in output
+    effective = yaml.safe_load((work / "results" / "miracl_config.yaml").read_text(encoding="utf-8"))
+    assert effective["hits"] == 5 and effective["languages"] == ["yo"] and effective["bm25"]["b"] == 0.4
+
+
+def test_unpaired_surrogate_reaches_the_job_log_and_leaves_nothing(merged_run: tuple[Path, Path, str]) -> None:
+    work, bad, output = merged_run
+    message = f"{bad}, line 3: (docid 2533#2) 'text' holds an unpaired surrogate escape \\ud800"
+    assert message in (work / "logs" / "miracl" / "preprocess_corpus" / "yo.log").read_text(encoding="utf-8")
+    assert message in output
+    corpus_dir = work / "resources" / "miracl" / "corpus" / "yo"
+    assert not corpus_dir.exists() or list(corpus_dir.iterdir()) == []
