@@ -49,6 +49,7 @@ PATHS = {
     "effective_config": "results/{dataset}_config.yaml",
     "table": "results/{dataset}_{measure}.tsv",
     "tiny_model": "resources/models/tiny-{tiny}",
+    "me5_small": "resources/models/me5-small",
 }
 
 

