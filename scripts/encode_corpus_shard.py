@@ -2,7 +2,8 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.encoding import encode_corpus_shard  # noqa: E402
+from miracl_eval.encoders.registry import get_family  # noqa: E402
+from miracl_eval.encoders.stages import encode_corpus_shard  # noqa: E402
 from miracl_eval.stage import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -13,10 +14,8 @@ run_stage(
         sm.input.corpus,
         int(sm.wildcards.shard),
         p.shard_size,
-        sm.output.dense,
-        sm.output.sparse,
-        p.model,
-        max_length=p.max_length,
+        {"dense": sm.output.dense, "sparse": sm.output.sparse},
+        get_family("bge-m3").resolve({"checkpoint": p.model, "passage_max_length": p.max_length}),
         batch_size=p.batch_size,
         device=p.device,
         dtype=p.dtype,

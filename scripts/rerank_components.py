@@ -2,6 +2,7 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
+from miracl_eval.encoders.registry import get_family  # noqa: E402
 from miracl_eval.rerank import rerank_components_stage  # noqa: E402
 from miracl_eval.stage import run_stage  # noqa: E402
 
@@ -22,10 +23,10 @@ run_stage(
             "passage_sparse": list(i.passage_sparse),
             "output": sm.output[0],
         },
-        model=p.model,
+        spec=get_family("bge-m3").resolve(
+            {"checkpoint": p.model, "query_max_length": p.query_max_length, "passage_max_length": p.passage_max_length}
+        ),
         corpus=i.corpus,
-        query_max_length=p.query_max_length,
-        passage_max_length=p.passage_max_length,
         batch_size=p.batch_size,
         device=p.device,
         dtype=p.dtype,
