@@ -1,14 +1,17 @@
-"""Encoding speed and memory: miracl_eval.encoding vs FlagEmbedding's BGEM3FlagModel (not a test).
+"""Encoding speed and memory: miracl_eval.encoders vs a reference implementation (not a test).
 
-1. Throughput: passages/s and peak RSS of ``M3Encoder.encode`` and ``BGEM3FlagModel.encode`` on
-   the same random checkpoint, texts, batch size, max length and dtype (dense + sparse, like a
-   corpus encoding run), each measured in its own subprocess, rounds alternating between the two
-   so that machine load affects both alike; prints medians and the ratio ours / FlagEmbedding.
+1. Throughput: passages/s and peak RSS of our encoder and the reference on the same random
+   checkpoint, texts, batch size, max length and dtype, each measured in its own subprocess,
+   rounds alternating between the two so that machine load affects both alike; prints medians
+   and the ratio ours / reference. ``--family bge-m3`` (default): BGE-M3 dense + sparse (like a
+   corpus encoding run) against FlagEmbedding's ``BGEM3FlagModel``; ``--family dense``: mean
+   pooling + normalization on an XLM-R-shaped encoder against sentence-transformers
+   (``Transformer`` + ``Pooling`` + ``Normalize`` modules).
 2. Streaming: peak RSS of ``encode_corpus_shard`` over one shard of N synthetic passages, for
    each N given (default 10k and 100k), and the ratio largest / smallest (target < 1.2).
 
     python benchmarks/encode_speed.py                         # CPU, tiny model
-    python benchmarks/encode_speed.py --config small --n 1000
+    python benchmarks/encode_speed.py --family dense --config small --n 1000
     python benchmarks/encode_speed.py --device cuda --dtype bfloat16 --config large --n 20000 \
         --batch-size 256 --max-length 512 --tokens 120 --skip-stream
 
@@ -37,6 +40,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+#: family -> (tiny checkpoint kind, the reference's name)
+FAMILIES = {"bge-m3": ("bge-m3", "FlagEmbedding"), "dense": ("xlm-r", "sentence-transformers")}
 CONFIGS = {
     "tiny": dict(vocab_size=2000, hidden=32, layers=2, heads=2, intermediate=64, max_position=520),
     "small": dict(vocab_size=8000, hidden=256, layers=4, heads=4, intermediate=1024, max_position=520),
@@ -118,6 +123,50 @@ def text_stats(model: str, texts: list[str], max_length: int) -> dict:
 # children
 
 
+def spec(args: argparse.Namespace) -> dict:
+    """Our encoder's spec: the benchmark's max length for passages, mean pooling for the dense family."""
+    from miracl_eval.encoders.registry import get_family
+
+    settings = {"checkpoint": args.model, "passage_max_length": args.max_length}
+    if args.family == "dense":
+        settings.update(pooling="mean", normalize=True)
+    return get_family(args.family).resolve(settings)
+
+
+def reference(args: argparse.Namespace):
+    """The reference implementation's encode function for a list of passages."""
+    if args.family == "dense":
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.base.modules import Normalize, Transformer
+        from sentence_transformers.sentence_transformer.modules import Pooling
+
+        transformer = Transformer(
+            args.model, max_seq_length=args.max_length, model_kwargs={"dtype": getattr(torch, args.dtype)}
+        )
+        pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+        st = SentenceTransformer(modules=[transformer, pooling, Normalize()], device=args.device)
+        return lambda batch: st.encode(batch, batch_size=args.batch_size, convert_to_numpy=True)
+    from FlagEmbedding import BGEM3FlagModel
+
+    model = BGEM3FlagModel(
+        args.model,
+        use_fp16=args.dtype == "float16",
+        use_bf16=args.dtype == "bfloat16",
+        devices=args.device,
+        batch_size=args.batch_size,
+        passage_max_length=args.max_length,
+    )
+    return lambda batch: model.encode(
+        batch,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        return_dense=True,
+        return_sparse=True,
+        return_colbert_vecs=False,
+    )
+
+
 def child_encode(args: argparse.Namespace) -> dict:
     import torch
 
@@ -126,33 +175,14 @@ def child_encode(args: argparse.Namespace) -> dict:
     texts = make_texts(args.model, args.n, args.tokens)
     warm = texts[: args.batch_size]
     if args.impl == "ours":
-        from miracl_eval.encoding import M3Encoder
+        from miracl_eval.encoders.registry import get_family
 
-        model = M3Encoder.load(args.model, device=args.device, dtype=args.dtype, need_colbert=False)
+        model = get_family(args.family).load(spec(args), device=args.device, dtype=args.dtype)
 
         def run(batch: list[str]) -> None:
-            model.encode(batch, max_length=args.max_length, batch_size=args.batch_size, dense=True, sparse=True)
+            model.encode(batch, "passage", batch_size=args.batch_size)
     else:
-        from FlagEmbedding import BGEM3FlagModel
-
-        model = BGEM3FlagModel(
-            args.model,
-            use_fp16=args.dtype == "float16",
-            use_bf16=args.dtype == "bfloat16",
-            devices=args.device,
-            batch_size=args.batch_size,
-            passage_max_length=args.max_length,
-        )
-
-        def run(batch: list[str]) -> None:
-            model.encode(
-                batch,
-                batch_size=args.batch_size,
-                max_length=args.max_length,
-                return_dense=True,
-                return_sparse=True,
-                return_colbert_vecs=False,
-            )
+        run = reference(args)
 
     run(warm)
     if args.device.startswith("cuda"):
@@ -174,16 +204,18 @@ def child_stream(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from miracl_eval.encoding import M3Encoder, encode_corpus_shard
+    from miracl_eval.encoders.registry import get_family
+    from miracl_eval.encoders.stages import encode_corpus_shard
 
-    model = M3Encoder.load(args.model, device=args.device, dtype=args.dtype, need_colbert=False)
+    family = get_family(args.family)
     if args.n == 0:  # baseline: load only
+        family.load(spec(args), device=args.device, dtype=args.dtype)
         return {"rows": 0}
     out = Path(args.out)
-    stats = encode_corpus_shard(
-        args.corpus, 0, args.n, out / "dense.parquet", out / "sparse.parquet", model, args.max_length, args.batch_size
+    outputs = {kind: out / f"{kind}.parquet" for kind in family.outputs}
+    return encode_corpus_shard(
+        args.corpus, 0, args.n, outputs, spec(args), args.batch_size, device=args.device, dtype=args.dtype
     )
-    return stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,12 +241,13 @@ def run_child(argv: list[str]) -> tuple[dict, float]:
     return json.loads(stdout.decode().strip().splitlines()[-1]), usage.ru_maxrss / 1024  # Linux: KiB
 
 
-def build_model(config: str, folder: Path) -> str:
+def build_model(config: str, family: str, folder: Path) -> str:
     from miracl_eval.tiny_model import build_tiny_checkpoint
 
     started = time.perf_counter()
-    build_tiny_checkpoint(folder, sample_texts(), **CONFIGS[config])
-    print(f"built the random '{config}' checkpoint in {time.perf_counter() - started:.1f} s: {folder}")
+    kind = FAMILIES[family][0]
+    build_tiny_checkpoint(folder, sample_texts(), kind=kind, **CONFIGS[config])
+    print(f"built the random '{config}' {kind} checkpoint in {time.perf_counter() - started:.1f} s: {folder}")
     return str(folder)
 
 
@@ -232,14 +265,16 @@ def write_corpus(path: Path, n: int) -> None:
 
 
 def common(args: argparse.Namespace, model: str) -> list[str]:
-    out = ["--model", model, "--device", args.device, "--dtype", args.dtype, "--tokens", str(args.tokens)]
+    out = ["--model", model, "--family", args.family, "--device", args.device, "--dtype", args.dtype]
+    out += ["--tokens", str(args.tokens)]
     out += ["--batch-size", str(args.batch_size), "--max-length", str(args.max_length)]
     return out + (["--threads", str(args.threads)] if args.threads else [])
 
 
 def compare(args: argparse.Namespace, model: str) -> None:
+    ref_name = FAMILIES[args.family][1]
     print(
-        f"\n== throughput: {args.n} passages, batch {args.batch_size}, max_length {args.max_length}, "
+        f"\n== throughput ({args.family} family): {args.n} passages, batch {args.batch_size}, max_length {args.max_length}, "
         f"{args.device}/{args.dtype}, threads {args.threads or 'default'}, {args.rounds} round(s) =="
     )
     stats = text_stats(model, make_texts(model, args.n, args.tokens), args.max_length)
@@ -248,26 +283,26 @@ def compare(args: argparse.Namespace, model: str) -> None:
         f"p90 {stats['tokens_p90']:.0f}, {100 * stats['truncated_share']:.1f} % truncated), "
         f"{stats['chars_mean']:.0f} characters"
     )
-    results: dict[str, list[tuple[dict, float]]] = {"ours": [], "flag": []}
+    results: dict[str, list[tuple[dict, float]]] = {"ours": [], "ref": []}
     for r in range(args.rounds):
-        for impl in ("ours", "flag") if r % 2 == 0 else ("flag", "ours"):
+        for impl in ("ours", "ref") if r % 2 == 0 else ("ref", "ours"):
             res, rss = run_child(["--child", "encode", "--impl", impl, "--n", str(args.n), *common(args, model)])
             results[impl].append((res, rss))
             extra = f", GPU peak {res['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in res else ""
             print(f"  round {r + 1} {impl:4s}: {res['passages_per_s']:9.1f} passages/s, peak RSS {rss:7.0f} MiB{extra}")
     med = {k: statistics.median(x[0]["passages_per_s"] for x in v) for k, v in results.items()}
     rss = {k: max(x[1] for x in v) for k, v in results.items()}
-    for key, name in (("ours", "miracl_eval.encoding"), ("flag", "FlagEmbedding")):
+    for key, name in (("ours", "miracl_eval.encoders"), ("ref", ref_name)):
         print(
             f"  {name:21s}: {med[key]:9.1f} passages/s (median), {med[key] * stats['tokens_mean']:11.0f} tokens/s, "
             f"peak RSS {rss[key]:.0f} MiB"
         )
     paired = statistics.median(
-        o[0]["passages_per_s"] / f[0]["passages_per_s"] for o, f in zip(results["ours"], results["flag"], strict=True)
+        o[0]["passages_per_s"] / f[0]["passages_per_s"] for o, f in zip(results["ours"], results["ref"], strict=True)
     )
-    print(f"  throughput ratio ours/FlagEmbedding: {med['ours'] / med['flag']:.2f}x of the medians")
-    print(f"  throughput ratio ours/FlagEmbedding: {paired:.2f}x median of the per-round ratios (robust to load drift)")
-    print(f"  peak RSS ratio ours/FlagEmbedding:   {rss['ours'] / rss['flag']:.2f}")
+    print(f"  throughput ratio ours/{ref_name}: {med['ours'] / med['ref']:.2f}x of the medians")
+    print(f"  throughput ratio ours/{ref_name}: {paired:.2f}x median of the per-round ratios (robust to load drift)")
+    print(f"  peak RSS ratio ours/{ref_name}:   {rss['ours'] / rss['ref']:.2f}")
 
 
 def streaming(args: argparse.Namespace, model: str, work: Path) -> None:
@@ -302,6 +337,7 @@ def main() -> None:
     parser.add_argument(
         "--dtype", default=None, help="float32 (CPU default) | bfloat16 (CUDA default, as the pipeline) | float16"
     )
+    parser.add_argument("--family", choices=list(FAMILIES), default="bge-m3", help="the model family to time")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--model", help="use this checkpoint instead of building a random one")
     parser.add_argument("--n", type=int, default=2000, help="passages per throughput measurement")
@@ -321,7 +357,7 @@ def main() -> None:
     parser.add_argument("--skip-stream", action="store_true")
     # child mode
     parser.add_argument("--child", choices=["encode", "stream"], help=argparse.SUPPRESS)
-    parser.add_argument("--impl", choices=["ours", "flag"], help=argparse.SUPPRESS)
+    parser.add_argument("--impl", choices=["ours", "ref"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -335,7 +371,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="encode-speed-") as tmp:
         work = Path(tmp)
-        model = args.model or build_model(args.config, work / f"model-{args.config}")
+        model = args.model or build_model(args.config, args.family, work / f"model-{args.config}")
         if not args.skip_compare:
             compare(args, model)
         if not args.skip_stream and args.stream_n:

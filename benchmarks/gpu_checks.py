@@ -9,7 +9,9 @@ it with independent references:
    the same device and against float32 on the CPU, to half precision;
 3. ``multivec_scores`` (the rerank stage) on the device against ColBERT scores computed on the CPU;
 4. ``encode_corpus_shard`` (the encode stage, streamed to Parquet) on the device against the CPU;
-5. Faiss on the GPU, when the installed Faiss has GPU support, against exact numpy top-k.
+5. the dense and SPLADE families (mean pooling on an XLM-R encoder, last-token pooling on a
+   Mistral decoder, a BERT masked LM) on the device, float32 and bfloat16, against the CPU;
+6. Faiss on the GPU, when the installed Faiss has GPU support, against exact numpy top-k.
 
 Prints one ``PASS``/``FAIL``/``SKIP`` line per check and exits 1 if any failed. Without a GPU,
 ``--device cpu`` runs the same checks on the CPU (a smoke test of the script).
@@ -34,10 +36,28 @@ sys.path.insert(0, str(REPO))
 from encode_speed import sample_texts, write_corpus  # noqa: E402 - beside this script
 
 from miracl_eval.dense import load_vectors  # noqa: E402
-from miracl_eval.encoding import M3Encoder, colbert_score, encode_corpus_shard, multivec_scores  # noqa: E402
+from miracl_eval.encoders import bge_m3  # noqa: E402
+from miracl_eval.encoders.bge_m3 import multivec_scores  # noqa: E402
+from miracl_eval.encoders.registry import get_family  # noqa: E402
+from miracl_eval.encoders.stages import encode_corpus_shard  # noqa: E402
 from miracl_eval.tiny_model import build_tiny_checkpoint  # noqa: E402
 
 FAILED: list[str] = []
+
+
+def colbert_score(q: np.ndarray, p: np.ndarray) -> float:
+    """The multi-vector score: the mean over query vectors of their best dot product with a passage vector."""
+    return float((q @ p.T).max(axis=1).mean())
+
+
+class M3:
+    """A BGE-M3 encoder's three outputs of some texts (dense, lexical weight maps, colbert vectors)."""
+
+    def __init__(self, encoder: bge_m3.BgeM3Encoder, texts: list[str], role: str = "passage") -> None:
+        encoded = encoder.encode(texts, role, batch_size=16)  # type: ignore[arg-type]
+        self.dense = encoded.dense
+        self.sparse = [dict(zip(t.tolist(), w.tolist(), strict=True)) for t, w in encoded.sparse or []]
+        self.colbert = encoder.encode_multivec(texts, role, batch_size=16)  # type: ignore[arg-type]
 
 
 def check(name: str, fn: Callable[[], str]) -> None:
@@ -71,7 +91,7 @@ def max_diff_sparse(a: list[dict], b: list[dict]) -> tuple[float, float]:
 
 
 def compare(ours, dense, sparse, colbert, atol: float, min_share: float) -> str:
-    """Assert that an M3Output equals (dense, lexical weights, colbert vectors) to ``atol``."""
+    """Assert that an :class:`M3` equals (dense, lexical weights, colbert vectors) to ``atol``."""
     d = float(np.abs(ours.dense - dense).max())
     w, share = max_diff_sparse(sparse, ours.sparse)
     c = max(float(np.abs(x - y).max()) for x, y in zip(ours.colbert, colbert, strict=True))
@@ -102,10 +122,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-checks-") as tmp:
         work = Path(tmp)
         ckpt = str(build_tiny_checkpoint(work / "tiny", texts))
-        cpu = M3Encoder.load(ckpt, device="cpu", dtype="float32")
-        ref = cpu.encode(passages, max_length=128, batch_size=16, colbert=True)
-        f32 = M3Encoder.load(ckpt, device=dev, dtype="float32")
-        b16 = M3Encoder.load(ckpt, device=dev, dtype="bfloat16")
+        spec = get_family("bge-m3").resolve({"checkpoint": ckpt, "query_max_length": 32, "passage_max_length": 128})
+        cpu = bge_m3.load(spec, device="cpu", dtype="float32", multivec=True)
+        ref = M3(cpu, passages)
+        f32 = bge_m3.load(spec, device=dev, dtype="float32", multivec=True)
+        b16 = bge_m3.load(spec, device=dev, dtype="bfloat16", multivec=True)
 
         def flag_model(dtype: str):
             from FlagEmbedding import BGEM3FlagModel
@@ -118,7 +139,7 @@ def main() -> None:
             out = model.encode(passages, batch_size=16, max_length=128, return_sparse=True, return_colbert_vecs=True)
             return np.asarray(out["dense_vecs"], dtype=np.float32), out["lexical_weights"], out["colbert_vecs"]
 
-        ours32 = f32.encode(passages, max_length=128, batch_size=16, colbert=True)
+        ours32 = M3(f32, passages)
         check(
             "float32 on the device = our float32 on the CPU",
             lambda: compare(ours32, ref.dense, ref.sparse, ref.colbert, 1e-4, 1.0),
@@ -127,7 +148,7 @@ def main() -> None:
             "float32 on the device = FlagEmbedding float32 on the device",
             lambda: compare(ours32, *flag_encode(flag_model("float32")), 1e-4, 1.0),
         )
-        ours16 = b16.encode(passages, max_length=128, batch_size=16, colbert=True)
+        ours16 = M3(b16, passages)
         check(
             "bfloat16 on the device ~ float32 on the CPU",
             lambda: compare(ours16, ref.dense, ref.sparse, ref.colbert, 0.15, 0.95),
@@ -138,13 +159,12 @@ def main() -> None:
         )
 
         def rerank() -> str:
-            q = cpu.encode(queries, max_length=32, batch_size=16, sparse=False, colbert=True).colbert
-            assert q is not None and ref.colbert is not None
+            q = cpu.encode_multivec(queries, "query", batch_size=16)
             docs = {f"d{i}": t for i, t in enumerate(passages)}
             pairs = [(qi, f"d{pi}") for qi in range(len(queries)) for pi in range(len(passages)) if (qi + pi) % 5 == 0]
             want = np.array([colbert_score(q[qi], ref.colbert[int(d[1:])]) for qi, d in pairs])
-            got32 = multivec_scores(f32, queries, docs, pairs, 32, 128, 16)
-            got16 = multivec_scores(b16, queries, docs, pairs, 32, 128, 16)
+            got32 = multivec_scores(f32, queries, docs, pairs, 16)
+            got16 = multivec_scores(b16, queries, docs, pairs, 16)
             e32, e16 = float(np.abs(got32 - want).max()), float(np.abs(got16 - want).max())
             assert e32 <= 1e-4 and e16 <= 0.05, f"float32 {e32:.2e}, bfloat16 {e16:.2e}"
             return f"{len(pairs)} pairs, max |diff| float32 {e32:.1e}, bfloat16 {e16:.1e}"
@@ -155,12 +175,11 @@ def main() -> None:
             corpus = work / "corpus.parquet"
             write_corpus(corpus, 400)
             vectors = {}
-            for name, model in (("cpu", cpu), ("dev", b16)):
+            for name, device, dtype in (("cpu", "cpu", "float32"), ("dev", dev, "bfloat16")):
                 folder = work / name
                 folder.mkdir()
-                stats = encode_corpus_shard(
-                    corpus, 1, 200, folder / "d.parquet", folder / "s.parquet", model, 128, 32, dense_dtype="float16"
-                )
+                outputs = {"dense": folder / "d.parquet", "sparse": folder / "s.parquet"}
+                stats = encode_corpus_shard(corpus, 1, 200, outputs, spec, 32, device, dtype, dense_dtype="float16")
                 vectors[name] = load_vectors(folder / "d.parquet")
             (ids_a, a), (ids_b, b) = vectors["cpu"], vectors["dev"]
             assert ids_a == ids_b, "docids differ"
@@ -169,6 +188,34 @@ def main() -> None:
             return f"shard 1: {stats['rows']} rows, lowest cosine bfloat16 vs CPU {cos:.4f}"
 
         check("encode_corpus_shard on the device ~ the CPU", shard)
+
+        def families() -> str:
+            details = []
+            for family, kind, settings in (
+                ("dense", "xlm-r", {"pooling": "mean"}),
+                ("dense", "decoder", {"pooling": "last"}),
+                ("splade", "mlm", {}),
+            ):
+                folder = build_tiny_checkpoint(work / kind, texts, kind=kind)
+                spec = get_family(family).resolve({"checkpoint": str(folder), "passage_max_length": 128, **settings})
+                want = get_family(family).load(spec, device="cpu").encode(passages, "passage", 16)
+                for dtype, atol, min_cos in (("float32", 1e-4, 0.9999), ("bfloat16", 1.0, 0.95)):
+                    got = get_family(family).load(spec, device=dev, dtype=dtype).encode(passages, "passage", 16)
+                    if family == "dense":
+                        assert got.dense is not None and want.dense is not None
+                        cos = float((got.dense * want.dense).sum(axis=1).min())
+                        diff = float(np.abs(got.dense - want.dense).max())
+                        assert cos >= min_cos and (dtype != "float32" or diff <= atol), f"{kind} {dtype}: {cos}, {diff}"
+                        details.append(f"{kind} {dtype} lowest cosine {cos:.4f}")
+                    else:
+                        a = [dict(zip(t.tolist(), w.tolist(), strict=True)) for t, w in want.sparse or []]
+                        b = [dict(zip(t.tolist(), w.tolist(), strict=True)) for t, w in got.sparse or []]
+                        worst, share = max_diff_sparse(a, b)
+                        assert worst <= atol and share >= (1.0 if dtype == "float32" else 0.7), f"{worst}, {share}"
+                        details.append(f"{kind} {dtype} max |diff| {worst:.1e} (shared {share:.2f})")
+            return "; ".join(details)
+
+        check("dense and SPLADE families on the device ~ the CPU", families)
 
     def faiss_gpu() -> str:
         from miracl_eval import dense

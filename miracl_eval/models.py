@@ -19,9 +19,10 @@ from typing import Any
 
 import yaml
 
-from .encoders.registry import COMMON_SETTINGS, FAMILIES, Family
-from .errors import ConfigError
-from .schema_tools import coerce_strings, fill_defaults, first_error
+from .encoders.checkpoints import check_checkpoint
+from .encoders.registry import FAMILIES
+from .errors import ConfigError, InputError
+from .schema_tools import coerce_strings, first_error
 
 PRESETS_FILE = Path(__file__).parent / "data" / "presets.yaml"
 #: a model name: a path segment that is not a method name
@@ -41,20 +42,6 @@ def presets() -> dict[str, Preset]:
     """The shipped presets, by name."""
     data = yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8"))
     return {name: Preset(name, entry["source"], entry["settings"]) for name, entry in data.items()}
-
-
-def family_schema(family: Family) -> dict[str, Any]:
-    """JSON schema of a resolved spec of ``family``."""
-    properties = {"family": {"const": family.name}, **COMMON_SETTINGS, **family.settings}
-    properties = copy.deepcopy(properties)
-    for key, value in family.defaults.items():
-        properties[key]["default"] = value
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": properties,
-        "required": ["family", "checkpoint"],
-    }
 
 
 def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -79,22 +66,21 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     family = FAMILIES.get(spec["family"])
     if family is None:
         raise ConfigError(f"{key}.family", f"unknown family {spec['family']!r}; valid: {', '.join(FAMILIES)}")
-    schema = family_schema(family)
+    schema = family.schema()
     spec = coerce_strings(spec, schema)
-    err = first_error(spec, schema)
-    if err is not None:
-        raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
-    fill_defaults(spec, schema)
     template = spec.get("query_template")
     if template is not None and "{query}" not in template:
         raise ConfigError(f"{key}.query_template", "must contain '{query}'")
-    if spec.get("title_join") is not None:
-        from .preprocess import check_template
-
+    err = first_error(spec, schema)
+    if err is not None:
+        raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
+    spec = family.resolve({k: v for k, v in spec.items() if k != "family"}, key)
+    folder = Path(spec["checkpoint"]).expanduser()
+    if folder.is_dir():  # a local checkpoint (one that a rule builds is checked when it is loaded)
         try:
-            check_template(spec["title_join"])
-        except ValueError as exc:
-            raise ConfigError(f"{key}.title_join", str(exc)) from None
+            check_checkpoint(folder)
+        except InputError as err:
+            raise ConfigError(f"{key}.checkpoint", str(err)) from None
     return spec
 
 
@@ -110,7 +96,3 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
 
 def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: resolve_model(name, given) for name, given in models.items()}
-
-
-def family_of(spec: Mapping[str, Any]) -> Family:
-    return FAMILIES[spec["family"]]

@@ -45,13 +45,15 @@ def query_chunk_ids(queries: PathLike, chunk: int, index: int) -> list[str]:
     return qids[index * chunk : (index + 1) * chunk]
 
 
-def _passage_texts(corpus: PathLike, needed: pa.Array) -> dict[str, str]:
+def _passage_texts(corpus: PathLike, needed: pa.Array, title_join: str | None) -> dict[str, str]:
+    from .encoders.stages import passage_texts, text_columns
+
     texts: dict[str, str] = {}
-    for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
+    for batch in schemas.iter_batches(corpus, columns=["docid", *text_columns(title_join)]):
         keep = pc.is_in(batch.column("docid"), value_set=needed)
         if pc.any(keep).as_py():
             sub = batch.filter(keep)
-            texts.update(zip(sub.column("docid").to_pylist(), sub.column("contents").to_pylist(), strict=True))
+            texts.update(zip(sub.column("docid").to_pylist(), passage_texts(sub, title_join), strict=True))
     return texts
 
 
@@ -65,38 +67,31 @@ def score_candidates(
 ) -> pa.Table:
     """Exact dense and sparse scores (and multi-vector ones when ``multivec`` is given) of ``pairs``.
 
-    ``multivec``: ``{"model", "queries", "corpus", "query_max_length", "passage_max_length",
-    "batch_size", "device", "dtype"}``; the candidate passages are read from the corpus Parquet
-    and encoded, each once.
+    ``multivec``: ``{"spec", "queries", "corpus", "batch_size", "device", "dtype"}``, ``spec``
+    a resolved BGE-M3 spec (max lengths, title join); the candidate passages are read from the
+    corpus Parquet and encoded, each once.
     """
     qids = pc.unique(pairs.column("qid"))
     docids = pc.unique(pairs.column("docid"))
     scorer = None
     if multivec is not None:
-        from .encoding import M3Encoder, multivec_scores
+        from .encoders import bge_m3
 
-        model = M3Encoder.load(
-            multivec["model"], device=multivec["device"], dtype=multivec["dtype"], need_sparse=False, need_colbert=True
-        )
+        spec = multivec["spec"]
+        model = bge_m3.load(spec, device=multivec["device"], dtype=multivec["dtype"], multivec=True)
         queries = schemas.read_table(multivec["queries"], schemas.QUERIES)
         keep = pc.is_in(queries.column("qid"), value_set=qids)
         queries = queries.filter(keep)
         position = {q: i for i, q in enumerate(queries.column("qid").to_pylist())}
-        passages = _passage_texts(multivec["corpus"], docids)
+        passages = _passage_texts(multivec["corpus"], docids, spec["title_join"])
 
         def scorer(table: pa.Table) -> np.ndarray:
             wanted = [
                 (position[q], d)
                 for q, d in zip(table.column("qid").to_pylist(), table.column("docid").to_pylist(), strict=True)
             ]
-            return multivec_scores(
-                model,
-                queries.column("query").to_pylist(),
-                passages,
-                wanted,
-                multivec["query_max_length"],
-                multivec["passage_max_length"],
-                multivec["batch_size"],
+            return bge_m3.multivec_scores(
+                model, queries.column("query").to_pylist(), passages, wanted, multivec["batch_size"]
             )
 
     return score_components(
@@ -178,7 +173,7 @@ def rerank_components_stage(
 ) -> int:
     """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``.
 
-    ``encoder``: model, corpus, max lengths, batch size, device and dtype (see :func:`score_candidates`).
+    ``encoder``: spec, corpus, batch size, device and dtype (see :func:`score_candidates`).
     """
     multivec = {"queries": queries, **encoder}
     return _score_chunk(

@@ -1,19 +1,29 @@
-"""A tiny, random, offline checkpoint in BGE-M3's layout, for tests and for runs without the hub.
+"""Tiny, random, offline checkpoints of every model family, for tests and for runs without the hub.
 
-The directory holds what ``BAAI/bge-m3`` holds, at toy size: an XLM-RoBERTa encoder
-(``config.json`` + ``model.safetensors``), a fast tokenizer (``tokenizer.json`` +
-``tokenizer_config.json``) and the two BGE-M3 heads, ``sparse_linear.pt`` (``Linear(hidden, 1)``)
-and ``colbert_linear.pt`` (``Linear(hidden, hidden)``). Both :mod:`miracl_eval.encoding` and
-FlagEmbedding's ``BGEM3FlagModel`` load it.
+One entry point, :func:`build_tiny_checkpoint`, and one ``kind`` per checkpoint layout:
 
-The tokenizer is a byte-level BPE trained on the given texts (BPE training is deterministic; the
-Unigram trainer is not), so it copes with every script and never yields ``<unk>``. Special tokens
-have XLM-R's ids: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3 (and ``<mask>`` 4). The weights
-are random (``initializer_range`` 0.5, so that dense vectors spread instead of all scores tying);
-the sparse head's bias is set so that about ``positive_share`` of the token weights over the
-training texts are positive. Two builds from the same inputs are byte-identical.
+* ``bge-m3``: what ``BAAI/bge-m3`` holds, at toy size: an XLM-RoBERTa encoder, a fast tokenizer
+  and the two BGE-M3 heads, ``sparse_linear.pt`` (``Linear(hidden, 1)``) and
+  ``colbert_linear.pt`` (``Linear(hidden, hidden)``). :mod:`miracl_eval.encoders.bge_m3` and
+  FlagEmbedding's ``BGEM3FlagModel`` both load it;
+* ``xlm-r`` and ``bert``: an XLM-RoBERTa or a BERT encoder (CLS or mean pooling: E5, mDPR, ...);
+* ``decoder``: a Mistral decoder whose tokenizer adds ``<s>`` only, as Mistral's (last-token
+  pooling appends ``</s>``);
+* ``mlm``: a BERT masked language model (``BertForMaskedLM``, for SPLADE).
 
-CLI: ``python -m miracl_eval.tiny_model OUT_DIR --corpus FILE [FILE ...]``.
+Every folder holds ``config.json``, ``model.safetensors``, ``tokenizer.json`` and
+``tokenizer_config.json``. The tokenizer is a byte-level BPE trained on the given texts (BPE
+training is deterministic; the Unigram trainer is not), so it copes with every script and never
+yields an unknown token; its special tokens have the ids of the layout's family (XLM-R: ``<s>``
+0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; BERT: ``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]``
+2, ``[SEP]`` 3, ``[MASK]`` 4; Mistral: ``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, padding with
+``<unk>``). The weights are random (``initializer_range`` 0.5, so that vectors spread instead of
+all scores tying); the bias of the BGE-M3 sparse head (or of the masked LM's output layer) is
+set so that about ``positive_share`` of the token weights (or of the max-pooled vocabulary
+logits) over the training texts are positive. Two builds from the same inputs are
+byte-identical.
+
+CLI: ``python -m miracl_eval.tiny_model OUT_DIR --corpus FILE [FILE ...] [--kind KIND]``.
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,7 +44,49 @@ from .errors import MiraclEvalError
 from .loading import iter_corpus
 from .preprocess import join_title
 
-SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0..4, XLM-R's first four ids
+
+@dataclass(frozen=True)
+class TokenizerStyle:
+    """The special tokens (ids 0, 1, ... in this order) and the template of a family's tokenizer."""
+
+    specials: tuple[str, ...]
+    single: str  # the post-processor's template for one text
+    pair: str  # ... and for a pair of texts
+    roles: Mapping[str, str]  # transformers' special-token arguments (bos_token, ...)
+    position_offset: int = 0  # positions the model reserves (XLM-R: 2)
+
+
+XLMR = TokenizerStyle(
+    ("<s>", "<pad>", "</s>", "<unk>", "<mask>"),
+    "<s> $A </s>",
+    "<s> $A </s> </s> $B </s>",
+    {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "cls_token": "<s>",
+        "sep_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+    },
+    position_offset=2,
+)
+BERT = TokenizerStyle(
+    ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    "[CLS] $A [SEP]",
+    "[CLS] $A [SEP] $B:1 [SEP]:1",
+    {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]"},
+)
+MISTRAL = TokenizerStyle(
+    ("<unk>", "<s>", "</s>"),
+    "<s> $A",
+    "<s> $A <s> $B",
+    {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>"},
+)
+#: kind -> tokenizer style
+KINDS: Mapping[str, TokenizerStyle] = {"bge-m3": XLMR, "xlm-r": XLMR, "bert": BERT, "decoder": MISTRAL, "mlm": BERT}
+#: the share of positive sparse weights the bias is fitted to, by kind
+POSITIVE_SHARE = {"bge-m3": 0.4, "mlm": 0.05}
 
 
 def texts_from_corpora(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
@@ -42,7 +96,7 @@ def texts_from_corpora(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]
             yield join_title(passage.title, passage.text, "{title} {text}")
 
 
-def _train_tokenizer(texts: Sequence[str], vocab_size: int, model_max_length: int):
+def _train_tokenizer(texts: Sequence[str], vocab_size: int, model_max_length: int, style: TokenizerStyle = XLMR):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -52,52 +106,112 @@ def _train_tokenizer(texts: Sequence[str], vocab_size: int, model_max_length: in
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(style.specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer, length=len(texts))
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    if [ids[t] for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):  # pragma: no cover - trainer contract
+    ids = {t: tok.token_to_id(t) for t in style.specials}
+    if [ids[t] for t in style.specials] != list(range(len(style.specials))):  # pragma: no cover - trainer contract
         raise RuntimeError(f"unexpected special token ids {ids}")
+    used = {part.split(":")[0] for part in f"{style.single} {style.pair}".split()} & set(style.specials)
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[("<s>", 0), ("</s>", 2)],
+        single=style.single, pair=style.pair, special_tokens=[(t, ids[t]) for t in style.specials if t in used]
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        cls_token="<s>",
-        sep_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        mask_token="<mask>",
+        **style.roles,
         model_max_length=model_max_length,
         model_input_names=["input_ids", "attention_mask"],
         padding_side="right",
     )
 
 
+def _model(
+    kind: str,
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    intermediate: int,
+    max_position: int,
+    initializer_range: float,
+) -> torch.nn.Module:
+    """The random transformers model of ``kind`` (built under the caller's seed)."""
+    import transformers
+
+    sizes: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_position,
+        initializer_range=initializer_range,
+    )
+    if kind == "decoder":
+        config = transformers.MistralConfig(
+            **sizes,
+            num_key_value_heads=max(1, heads // 2),
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            sliding_window=None,
+            tie_word_embeddings=False,
+        )
+        name = "MistralModel"
+    elif kind in ("bert", "mlm"):
+        config = transformers.BertConfig(**sizes, type_vocab_size=2, pad_token_id=0)
+        name = "BertForMaskedLM" if kind == "mlm" else "BertModel"
+    else:
+        config = transformers.XLMRobertaConfig(
+            **sizes,
+            type_vocab_size=1,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            hidden_dropout_prob=0.1,
+            attention_probs_dropout_prob=0.1,
+        )
+        name = "XLMRobertaModel"
+    config.architectures = [name]
+    return getattr(transformers, name)(config).eval()
+
+
+def _positive_bias(values: torch.Tensor, positive_share: float) -> float:
+    """The bias that makes about ``positive_share`` of ``values`` positive."""
+    # Rounded, so that float noise (thread counts, BLAS) cannot change the bytes written.
+    return round(-float(torch.quantile(values.double().flatten(), 1.0 - positive_share)), 3)
+
+
 @torch.inference_mode()
-def _sparse_bias(
-    model, tokenizer, weight: torch.Tensor, texts: Sequence[str], positive_share: float, sample_size: int
+def _fitted_bias(
+    kind: str,
+    model: Any,
+    tokenizer: Any,
+    weight: torch.Tensor | None,
+    texts: Sequence[str],
+    positive_share: float,
+    sample_size: int,
 ) -> float:
-    """The bias giving about ``positive_share`` positive raw token scores over the first ``sample_size`` texts."""
+    """The bias of the BGE-M3 sparse head (``weight``) or of the masked LM's output, over the first texts."""
     sample = list(texts[: max(sample_size, 1)])
     enc = tokenizer(sample, truncation=True, max_length=128, padding=True, return_tensors="pt")
-    hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-    raw = hidden @ weight[0]
+    mask = enc["attention_mask"].bool()
+    out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    if kind == "mlm":  # the max over each text's tokens of the logits without the output bias
+        logits = out.logits - model.cls.predictions.bias
+        return _positive_bias(logits.masked_fill(~mask[:, :, None], -torch.inf).amax(dim=1), positive_share)
+    assert weight is not None
+    raw = out.last_hidden_state @ weight[0]
     special = torch.isin(enc["input_ids"], torch.tensor([0, 1, 2, 3]))
-    values = raw[enc["attention_mask"].bool() & ~special].double()
-    # Rounded, so that float noise (thread counts, BLAS) cannot change the bytes written.
-    return round(-float(torch.quantile(values, 1.0 - positive_share)), 3)
+    return _positive_bias(raw[mask & ~special], positive_share)
 
 
 def build_tiny_checkpoint(
     out_dir: str | os.PathLike[str],
     texts: Iterable[str],
+    kind: str = "bge-m3",
     seed: int = 0,
     vocab_size: int = 2000,
     hidden: int = 32,
@@ -107,52 +221,48 @@ def build_tiny_checkpoint(
     max_position: int = 520,
     *,
     initializer_range: float = 0.5,
-    positive_share: float = 0.4,
+    positive_share: float | None = None,
     bias_sample: int = 256,
 ) -> Path:
-    """Build a random BGE-M3-layout checkpoint in ``out_dir`` (atomically) and return its path.
+    """Build a random checkpoint of ``kind`` (see the module) in ``out_dir`` (atomically) and return its path.
 
     ``vocab_size`` is both the tokenizer's maximum vocabulary (BPE stops earlier on small
     training texts) and the embedding matrix's row count. ``max_position`` counts XLM-R's two
-    reserved positions, so inputs may have up to ``max_position - 2`` tokens. The sparse bias is
-    fitted on the first ``bias_sample`` texts (truncated to 128 tokens).
+    reserved positions, so XLM-R inputs may have up to ``max_position - 2`` tokens. The bias of
+    ``bge-m3``'s sparse head and of ``mlm``'s output is fitted on the first ``bias_sample``
+    texts (truncated to 128 tokens) to ``positive_share`` (default 0.4 and 0.05).
     """
-    from transformers import XLMRobertaConfig, XLMRobertaModel
-
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; valid: {', '.join(KINDS)}")
+    style = KINDS[kind]
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise MiraclEvalError("build_tiny_checkpoint: no training texts")
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (byte alphabet + specials)")
+    if vocab_size < 256 + len(style.specials):
+        raise ValueError(f"vocab_size must be at least {256 + len(style.specials)} (byte alphabet + specials)")
     if hidden % heads:
         raise ValueError("hidden must be a multiple of heads")
-    if not 0.0 < positive_share < 1.0:
+    share = POSITIVE_SHARE.get(kind, 0.5) if positive_share is None else positive_share
+    if not 0.0 < share < 1.0:
         raise ValueError("positive_share must lie strictly between 0 and 1")
 
-    tokenizer = _train_tokenizer(texts, vocab_size, model_max_length=max_position - 2)
-    config = XLMRobertaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=intermediate,
-        max_position_embeddings=max_position,
-        type_vocab_size=1,
-        initializer_range=initializer_range,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
-    )
-    config.architectures = ["XLMRobertaModel"]
+    tokenizer = _train_tokenizer(texts, vocab_size, max_position - style.position_offset, style)
+    sizes = (vocab_size, hidden, layers, heads, intermediate, max_position, initializer_range)
+    heads_out: dict[str, torch.nn.Linear] = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = XLMRobertaModel(config).eval()
-        colbert = torch.nn.Linear(hidden, hidden)
-        sparse = torch.nn.Linear(hidden, 1)
+        model = _model(kind, *sizes)
+        if kind == "bge-m3":
+            heads_out = {
+                "colbert_linear.pt": torch.nn.Linear(hidden, hidden),
+                "sparse_linear.pt": torch.nn.Linear(hidden, 1),
+            }
     with torch.no_grad():
-        sparse.bias.fill_(_sparse_bias(model, tokenizer, sparse.weight, texts, positive_share, bias_sample))
+        if kind == "bge-m3":
+            sparse = heads_out["sparse_linear.pt"]
+            sparse.bias.fill_(_fitted_bias(kind, model, tokenizer, sparse.weight, texts, share, bias_sample))
+        elif kind == "mlm":
+            model.cls.predictions.bias.fill_(_fitted_bias(kind, model, tokenizer, None, texts, share, bias_sample))
     # Calling the tokenizer with truncation/padding sets them on its backend: do not save them.
     tokenizer.backend_tokenizer.no_truncation()
     tokenizer.backend_tokenizer.no_padding()
@@ -162,7 +272,7 @@ def build_tiny_checkpoint(
         tokenizer.save_pretrained(tmp)
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
         # The archive name inside a torch.save zip is the file's stem: save under the final names.
-        for name, head in (("sparse_linear.pt", sparse), ("colbert_linear.pt", colbert)):
+        for name, head in heads_out.items():
             torch.save({k: v.detach().clone().contiguous() for k, v in head.state_dict().items()}, tmp / name)
     return Path(out_dir)
 
@@ -178,10 +288,11 @@ def _portable_tokenizer_config(path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m miracl_eval.tiny_model",
-        description="Build a tiny random BGE-M3-layout checkpoint (offline) with a tokenizer trained on corpora.",
+        description="Build a tiny random checkpoint (offline) with a tokenizer trained on corpora.",
     )
     parser.add_argument("out_dir", help="directory to create (replaced if it exists)")
     parser.add_argument("--corpus", nargs="+", required=True, help="MIRACL corpus files (JSONL, .gz or Parquet)")
+    parser.add_argument("--kind", choices=list(KINDS), default="bge-m3", help="checkpoint layout (default bge-m3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=2000)
     parser.add_argument("--hidden", type=int, default=32)
@@ -194,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = build_tiny_checkpoint(
             args.out_dir,
             texts_from_corpora(args.corpus),
+            kind=args.kind,
             seed=args.seed,
             vocab_size=args.vocab_size,
             hidden=args.hidden,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,58 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """The tiny BGE-M3 checkpoint built from the sample corpora (built once per test session)."""
+def tiny_checkpoints(tmp_path_factory) -> Callable[[str], Path]:
+    """``kind -> folder``: the tiny checkpoint of a kind built from the sample corpora (once per test session)."""
     from miracl_eval.tiny_model import build_tiny_checkpoint, texts_from_corpora
 
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("m3") / "tiny", list(texts_from_corpora(CORPORA)))
+    built: dict[str, Path] = {}
+    texts = list(texts_from_corpora(CORPORA))
+
+    def get(kind: str) -> Path:
+        if kind not in built:
+            built[kind] = build_tiny_checkpoint(tmp_path_factory.mktemp(kind) / "tiny", texts, kind=kind)
+        return built[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_checkpoints) -> Path:
+    """The tiny BGE-M3 checkpoint built from the sample corpora (built once per test session)."""
+    return tiny_checkpoints("bge-m3")
+
+
+#: languages whose sample texts cover Latin, Cyrillic, Arabic, CJK, Hangul, Devanagari and Thai script
+SCRIPT_LANGS = ["th", "zh", "ja", "ar", "ko", "hi", "ru", "en", "es"]
+
+
+def sample_queries(langs: Sequence[str] = SCRIPT_LANGS) -> list[str]:
+    """The bundled sample's queries of ``langs``."""
+    out = []
+    for lang in langs:
+        for line in (SAMPLE / "miracl" / lang / "topics.tsv").read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                out.append(line.split("\t", 1)[1])
+    return out
+
+
+def sample_passages(langs: Sequence[str] = SCRIPT_LANGS, per_lang: int = 5) -> list[str]:
+    """The first ``per_lang`` passages (``"{title} {text}"``) of each of ``langs`` in the bundled sample."""
+    from miracl_eval.tiny_model import texts_from_corpora
+
+    out = []
+    for lang in langs:
+        out.extend(list(texts_from_corpora([SAMPLE / "miracl" / lang / "corpus.jsonl"]))[:per_lang])
+    return out
+
+
+def copy_checkpoint(src: Path, dst: Path, skip: Iterable[str] = ()) -> Path:
+    """A copy of a checkpoint folder without the files named in ``skip``."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name not in set(skip):
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
 
 
 def write_vectors(path: Path, ids: list[str], vecs: np.ndarray, dtype: str = "float32", key: str = "docid") -> Path:

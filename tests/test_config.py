@@ -143,3 +143,21 @@ def test_messirve_defaults() -> None:
     cfg = validate({"dataset": "messirve", "languages": ["full", "ar"]})
     assert cfg["split"] == "test" and cfg["title_join"] == "{title}. {text}"
     assert yaml.safe_dump(cfg)  # plain data, serialisable
+
+
+def test_a_local_checkpoint_folder_must_hold_config_weights_and_tokenizer(tmp_path) -> None:
+    folder = tmp_path / "my-e5"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    cfg = {"languages": ["sw"], "models": {"my-e5": {"family": "dense", "checkpoint": str(folder)}}}
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert err.value.key == "models.my-e5.checkpoint"
+    assert f"{folder}: missing the tokenizer: tokenizer.json" in str(err.value)
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ConfigError, match="missing the model weights: model.safetensors"):
+        validate(cfg)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert validate(cfg)["models"]["my-e5"]["checkpoint"] == str(folder)

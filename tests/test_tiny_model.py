@@ -1,4 +1,5 @@
-"""The tiny offline BGE-M3-layout checkpoint: deterministic, loadable, tokenizer round-trips."""
+"""The tiny offline checkpoints (BGE-M3 layout, encoders, decoder, masked LM): deterministic, loadable,
+tokenizers round-trip."""
 
 from __future__ import annotations
 
@@ -11,17 +12,11 @@ import pytest
 import torch
 from conftest import CORPORA
 
-from miracl_eval.tiny_model import _train_tokenizer, build_tiny_checkpoint, main, texts_from_corpora
+from miracl_eval.tiny_model import KINDS, _train_tokenizer, build_tiny_checkpoint, main, texts_from_corpora
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-FILES = {
-    "config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "sparse_linear.pt",
-    "colbert_linear.pt",
-}
+BASE_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+FILES = BASE_FILES | {"sparse_linear.pt", "colbert_linear.pt"}
 PROBES = [
     "แม่น้ำเจ้าพระยายาวกี่กิโลเมตร",
     "利根川の長さは何キロメートルですか？",
@@ -130,6 +125,59 @@ def test_cli(tmp_path, capsys):
     assert main([str(out), "--corpus", str(CORPORA[0]), str(CORPORA[1]), "--hidden", "16", "--heads", "2"]) == 0
     assert {p.name for p in out.iterdir()} == FILES
     assert json.loads((out / "config.json").read_text())["hidden_size"] == 16
+    assert main([str(tmp_path / "dec"), "--corpus", str(CORPORA[0]), "--kind", "decoder"]) == 0
+    assert {p.name for p in (tmp_path / "dec").iterdir()} == BASE_FILES
+    assert json.loads((tmp_path / "dec" / "config.json").read_text())["architectures"] == ["MistralModel"]
     assert main([str(tmp_path / "bad"), "--corpus", str(tmp_path / "missing.jsonl")]) == 1
     assert "missing.jsonl" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+#: kind -> (architecture, special token ids (cls/bos, sep/eos, pad, unk, mask), the ids of "a" around the text)
+LAYOUTS = {
+    "xlm-r": ("XLMRobertaModel", (0, 2, 1, 3, 4), (0, 2)),
+    "bert": ("BertModel", (2, 3, 0, 1, 4), (2, 3)),
+    "decoder": ("MistralModel", (1, 2, 0, 0, None), (1, None)),
+    "mlm": ("BertForMaskedLM", (2, 3, 0, 1, 4), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("kind", list(LAYOUTS))
+def test_other_kinds_are_deterministic_and_load(tiny_checkpoints, texts, tmp_path, kind):
+    import transformers
+
+    folder = tiny_checkpoints(kind)
+    again = build_tiny_checkpoint(tmp_path / kind, iter(texts), kind=kind)
+    assert {p.name for p in folder.iterdir()} == BASE_FILES
+    assert _digests(folder) == _digests(again)
+    architecture, specials, around = LAYOUTS[kind]
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["architectures"] == [architecture] and config["hidden_size"] == 32 and config["vocab_size"] == 2000
+    model = getattr(transformers, architecture).from_pretrained(folder).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    first, last, pad, unk, mask = specials
+    assert (tok.bos_token_id if kind == "decoder" else tok.cls_token_id) == first
+    assert (tok.eos_token_id if kind == "decoder" else tok.sep_token_id) == last
+    assert (tok.pad_token_id, tok.unk_token_id, tok.mask_token_id) == (pad, unk, mask)
+    for text in PROBES:
+        ids = tok(text)["input_ids"]
+        assert ids[0] == around[0] and (around[1] is None or ids[-1] == around[1]), (kind, text, ids)
+        assert unk not in ids[1:]  # byte-level: nothing is unknown
+        assert ids.count(last) == (0 if kind == "decoder" else 1)  # Mistral's tokenizer adds <s> only
+    enc = tok(texts[:8], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc)
+    if kind == "mlm":  # the output bias leaves about 5 % of the max-pooled vocabulary logits positive
+        pooled = out.logits.masked_fill(~enc["attention_mask"].bool()[:, :, None], -torch.inf).amax(dim=1)
+        assert 0.01 < float((pooled > 0).float().mean()) < 0.2
+    else:
+        hidden = out.last_hidden_state[:, 0] if kind != "decoder" else out.last_hidden_state[:, -1]
+        cos = torch.nn.functional.cosine_similarity(hidden[:, None], hidden[None], dim=-1)
+        assert float(cos[~torch.eye(8, dtype=torch.bool)].max()) < 0.99  # vectors spread: scores do not tie
+
+
+def test_unknown_kind(texts, tmp_path):
+    assert set(KINDS) == {"bge-m3", *LAYOUTS}
+    with pytest.raises(ValueError, match="unknown checkpoint kind 'gpt'"):
+        build_tiny_checkpoint(tmp_path / "x", texts, kind="gpt")
+    assert not (tmp_path / "x").exists()

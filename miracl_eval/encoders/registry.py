@@ -1,100 +1,243 @@
-"""The model families (temporary stub with the agreed interface; replaced by the encoders branch)."""
+"""The model families and their settings: the one place where a family is registered.
+
+Imported when the Snakefile is parsed, so it imports neither torch nor transformers: a family
+names the module that loads it (:attr:`Family.module`), imported only by :meth:`Family.load`.
+
+A model's settings are :data:`COMMON_SETTINGS` plus its family's own :attr:`Family.settings`,
+both JSON-schema ``properties``; :meth:`Family.resolve` checks a model's settings and fills in
+every default, giving the *spec* that the encoders and stages take: a plain dict
+``{"family": ..., "checkpoint": ..., <every common and family setting>}``.
+"""
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+import jsonschema
+
+from ..errors import ConfigError
+from ..preprocess import check_template
+
+if TYPE_CHECKING:
+    from .base import Encoder
+
+
+def _max_length(role: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 8,
+        "default": 512,
+        "description": f"{role} tokens kept, the tokenizer's special tokens included (longer {role}s are truncated)",
+    }
+
+
+def _quantization(scale: float, rounding: str, description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "description": description,
+        "properties": {
+            "scale": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": scale,
+                "description": "a weight w is stored as the integer impact rounding(w * scale); impacts <= 0 are dropped",
+            },
+            "rounding": {
+                "type": "string",
+                "enum": ["ceil", "round"],
+                "default": rounding,
+                "description": "ceil: math.ceil; round: Python's round (halves to even), as pyserini",
+            },
+        },
+        "default": {"scale": scale, "rounding": rounding},
+    }
+
+
+#: JSON-schema properties of the settings every family has (``checkpoint`` is required).
 COMMON_SETTINGS: Mapping[str, Any] = {
-    "checkpoint": {"type": "string", "minLength": 1, "description": "hub id or local folder"},
-    "query_max_length": {"type": "integer", "minimum": 8, "default": 512, "description": "query tokens"},
-    "passage_max_length": {"type": "integer", "minimum": 8, "default": 512, "description": "passage tokens"},
-    "title_join": {"type": ["string", "null"], "default": None, "description": "null = the dataset's"},
+    "checkpoint": {
+        "type": "string",
+        "minLength": 1,
+        "description": "the model: a Hugging Face hub id or a local checkpoint folder",
+    },
+    "query_max_length": _max_length("query"),
+    "passage_max_length": _max_length("passage"),
+    "title_join": {
+        "type": ["string", "null"],
+        "default": None,
+        "description": (
+            "how a passage's title and text become the encoded text: null = the corpus's `contents` column "
+            "(the dataset's join); a template such as '{title} {text}' joins the `title` and `text` columns "
+            "(a passage without a title keeps its text)"
+        ),
+    },
 }
 
 
 @dataclass(frozen=True)
 class Family:
-    name: str
-    methods: tuple[str, ...]
-    outputs: tuple[str, ...]
-    settings: Mapping[str, Any]
-    module: str
-    defaults: Mapping[str, Any]
-    retrieval_settings: tuple[str, ...] = ()  #: settings that do not change the encodings
+    """A model family: the methods it offers, what it stores per text, its settings and its module."""
 
-    def load(self, spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> Any:
-        return importlib.import_module(self.module).load(spec, device, dtype)
+    name: str
+    #: the table-row methods a model of this family offers
+    methods: tuple[str, ...]
+    #: what is stored per text, a subset of ("dense", "sparse") in that order
+    outputs: tuple[str, ...]
+    #: JSON-schema properties of the family's own settings, each with a default and a description
+    settings: Mapping[str, Any]
+    #: import path of the module that defines ``load(spec, device, dtype) -> Encoder``
+    module: str
+    #: the family's defaults for some of :data:`COMMON_SETTINGS`
+    common_defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: settings read only after encoding (indexing, fusion): changing them never re-encodes
+    retrieval_settings: tuple[str, ...] = ()
+
+    def properties(self) -> dict[str, Any]:
+        """Every setting's JSON-schema property: the common ones (with this family's defaults) and its own."""
+        props = copy.deepcopy(dict(COMMON_SETTINGS))
+        for key, value in self.common_defaults.items():
+            props[key]["default"] = value
+        props.update(copy.deepcopy(dict(self.settings)))
+        return props
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of a model's settings (``family`` may be given; ``checkpoint`` must be)."""
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["checkpoint"],
+            "properties": {"family": {"const": self.name, "description": "the model family"}, **self.properties()},
+        }
+
+    def resolve(self, settings: Mapping[str, Any], key: str = "models") -> dict[str, Any]:
+        """The spec of a model with these settings: checked against :meth:`schema`, every default filled in.
+
+        Raises :class:`ConfigError` naming ``key`` and the offending setting (``models.my-e5.pooling``).
+        """
+        spec = copy.deepcopy({"family": self.name, **settings})
+        errors = sorted(
+            jsonschema.Draft202012Validator(self.schema()).iter_errors(spec),
+            key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]),
+        )
+        if errors:
+            err = errors[0]
+            path = [key, *map(str, err.absolute_path)]
+            if err.validator == "required":
+                path.append(next(name for name in err.validator_value if name not in err.instance))
+                raise ConfigError(".".join(path), "is required")
+            raise ConfigError(".".join(path), err.message)
+        _fill_defaults(spec, self.properties())
+        if spec["title_join"] is not None:
+            try:
+                check_template(spec["title_join"])
+            except ValueError as err:
+                raise ConfigError(f"{key}.title_join", str(err)) from None
+        return spec
+
+    def load(self, spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> Encoder:
+        """Load the encoder of a resolved ``spec`` (imports the family's module, and so torch)."""
+        if spec.get("family") != self.name:
+            raise ValueError(f"spec of family {spec.get('family')!r} given to the {self.name!r} family")
+        module = importlib.import_module(self.module)
+        return module.load(spec, device=device, dtype=dtype)
+
+
+def _fill_defaults(value: dict[str, Any], properties: Mapping[str, Any]) -> None:
+    for key, prop in properties.items():
+        if key not in value and "default" in prop:
+            value[key] = copy.deepcopy(prop["default"])
+        if isinstance(value.get(key), dict) and "properties" in prop:
+            _fill_defaults(value[key], prop["properties"])
+
+
+def _weight(default: float, component: str) -> dict[str, Any]:
+    return {"type": "number", "default": default, "description": f"weight of the {component} score in fusion"}
 
 
 FAMILIES: Mapping[str, Family] = {
     "bge-m3": Family(
-        "bge-m3",
-        ("dense", "sparse", "multivec", "dense+sparse", "all"),
-        ("dense", "sparse"),
-        {
+        name="bge-m3",
+        methods=("dense", "sparse", "multivec", "dense+sparse", "all"),
+        outputs=("dense", "sparse"),
+        settings={
             "weights": {
                 "type": "object",
                 "additionalProperties": False,
+                "description": "fusion weights of the three scores (the BGE-M3 paper's 1, 0.3, 1)",
                 "properties": {
-                    "dense": {"type": "number", "default": 1.0},
-                    "sparse": {"type": "number", "default": 0.3},
-                    "multivec": {"type": "number", "default": 1.0},
+                    "dense": _weight(1.0, "dense"),
+                    "sparse": _weight(0.3, "lexical (sparse)"),
+                    "multivec": _weight(1.0, "multi-vector"),
                 },
-                "default": {},
+                "default": {"dense": 1.0, "sparse": 0.3, "multivec": 1.0},
             },
-            "rerank_depth": {"type": "integer", "minimum": 1, "default": 200},
-            "quantization": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "scale": {"type": "number", "exclusiveMinimum": 0, "default": 100},
-                    "rounding": {"type": "string", "enum": ["ceil", "round"], "default": "ceil"},
-                },
-                "default": {},
+            "rerank_depth": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 200,
+                "description": "dense candidates re-scored by the multi-vector scorer (multivec and all)",
             },
+            "quantization": _quantization(100, "ceil", "lexical weights into the impact index: ceil(w * 100)"),
         },
-        "miracl_eval.encoders.bge_m3",
-        {"query_max_length": 256, "passage_max_length": 512},
-        ("weights", "rerank_depth", "quantization"),
+        module="miracl_eval.encoders.bge_m3",
+        common_defaults={"query_max_length": 256, "passage_max_length": 512},
+        retrieval_settings=("weights", "rerank_depth", "quantization"),
     ),
     "dense": Family(
-        "dense",
-        ("dense",),
-        ("dense",),
-        {
-            "pooling": {"type": "string", "enum": ["cls", "mean", "last"], "default": "mean"},
-            "normalize": {"type": "boolean", "default": True},
-            "query_prefix": {"type": "string", "default": ""},
-            "passage_prefix": {"type": "string", "default": ""},
-            "query_template": {"type": ["string", "null"], "default": None},
-        },
-        "miracl_eval.encoders.dense",
-        {},
-    ),
-    "splade": Family(
-        "splade",
-        ("sparse",),
-        ("sparse",),
-        {
-            "quantization": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "scale": {"type": "number", "exclusiveMinimum": 0, "default": 51.2},
-                    "rounding": {"type": "string", "enum": ["ceil", "round"], "default": "round"},
-                },
-                "default": {},
+        name="dense",
+        methods=("dense",),
+        outputs=("dense",),
+        settings={
+            "pooling": {
+                "type": "string",
+                "enum": ["cls", "mean", "last"],
+                "default": "mean",
+                "description": (
+                    "cls: the first token's state; mean: the mean over the text's tokens (attention mask); "
+                    "last: the last token's state, the text ending with the tokenizer's EOS token "
+                    "(appended when the tokenizer does not add it), as E5-mistral"
+                ),
+            },
+            "normalize": {"type": "boolean", "default": True, "description": "L2-normalize the vectors"},
+            "query_prefix": {"type": "string", "default": "", "description": "prepended to every query"},
+            "passage_prefix": {"type": "string", "default": "", "description": "prepended to every passage"},
+            "query_template": {
+                "type": ["string", "null"],
+                "pattern": "\\{query\\}",
+                "default": None,
+                "description": (
+                    "a query instruction such as 'Instruct: ...\\nQuery: {query}', every {query} replaced "
+                    "by the query; when set, query_prefix is not used"
+                ),
             },
         },
-        "miracl_eval.encoders.splade",
-        {},
-        ("quantization",),
+        module="miracl_eval.encoders.dense",
+    ),
+    "splade": Family(
+        name="splade",
+        methods=("sparse",),
+        outputs=("sparse",),
+        settings={
+            "quantization": _quantization(
+                51.2,
+                "round",
+                "weights into the impact index: round(w * 51.2), which is pyserini's round(w / 5 * 256)",
+            ),
+        },
+        module="miracl_eval.encoders.splade",
+        retrieval_settings=("quantization",),
     ),
 }
 
 
 def get_family(name: str) -> Family:
-    return FAMILIES[name]
+    """The registered family ``name``; raises :class:`ConfigError` (key ``family``) listing the valid ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ConfigError("family", f"unknown model family {name!r}; valid: {', '.join(FAMILIES)}") from None

@@ -1,0 +1,226 @@
+"""The BGE-M3 family: dense, sparse (lexical) and multi-vector (ColBERT) outputs of one encoder pass.
+
+This reproduces FlagEmbedding's ``BGEM3FlagModel`` (``M3Embedder``, FlagEmbedding 1.4.2) without
+depending on it:
+
+* checkpoint: a transformers encoder + tokenizer, plus ``sparse_linear.pt`` (the state dict of
+  ``Linear(hidden, 1)``) and ``colbert_linear.pt`` (``Linear(hidden, colbert_dim)``);
+* inputs: the tokenizer's ``<s> ... </s>`` encoding of the text as it is (no prefix), truncated
+  to the role's max length (both special tokens included);
+* dense: the first (CLS) token's last hidden state, L2-normalized;
+* sparse (lexical weights): ``relu(sparse_linear(h))`` per token, dropping the cls, eos, pad
+  and unk token ids and weights ``<= 0``, keeping the maximum over repeats of a token; the
+  score of two weight maps is the sum over shared tokens of the products of their weights;
+* multi-vector: ``colbert_linear`` over the token states after the first one (``h[:, 1:]``,
+  so ``</s>`` is kept), one L2-normalized vector per real token; the score is the mean over
+  query vectors of the best dot product with a passage vector.
+
+FlagEmbedding normalizes with ``F.normalize`` in the model's dtype; here normalization and all
+outputs are float32 (identical in float32, more accurate in half precision). Token-level
+vectors are never stored for a corpus: :func:`multivec_scores` re-encodes the candidate
+passages it needs to score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import InputError
+from .base import (
+    DENSE,
+    SPARSE,
+    Batch,
+    Checkpoint,
+    Role,
+    TransformerEncoder,
+    chunk_rows,
+    load_checkpoint,
+    resolve_model_dir,
+)
+
+SPARSE_HEAD = "sparse_linear.pt"
+COLBERT_HEAD = "colbert_linear.pt"
+MULTIVEC = "colbert"  # the token-level output kind (never stored)
+
+
+def _load_head(path: Path, in_features: int, out_features: int | None) -> torch.nn.Linear:
+    """Load a ``torch.nn.Linear`` state dict saved by FlagEmbedding (``*_linear.pt``)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a corrupt file
+        raise InputError(path, f"cannot load the head's state dict ({type(err).__name__}: {err})") from err
+    weight = state.get("weight") if isinstance(state, Mapping) else None
+    bias = state.get("bias") if isinstance(state, Mapping) else None
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != in_features:
+        raise InputError(path, f"not the state dict of a Linear({in_features}, ...) layer")
+    if out_features is not None and weight.shape[0] != out_features:
+        raise InputError(path, f"expected a Linear({in_features}, {out_features}) layer, found {tuple(weight.shape)}")
+    layer = torch.nn.Linear(in_features, weight.shape[0], bias=bias is not None)
+    try:
+        layer.load_state_dict(state)
+    except RuntimeError as err:
+        raise InputError(path, f"state dict does not fit a Linear layer ({err})") from err
+    return layer
+
+
+class BgeM3Encoder(TransformerEncoder):
+    """A BGE-M3 model ready to encode: use :func:`load`."""
+
+    outputs = (DENSE, SPARSE)
+
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        spec: Mapping[str, Any],
+        sparse_linear: torch.nn.Linear,
+        colbert_linear: torch.nn.Linear | None,
+    ) -> None:
+        super().__init__(ckpt, spec)
+        self.sparse_linear = sparse_linear
+        self.colbert_linear = colbert_linear
+        self.dim = int(self.model.config.hidden_size)
+        tok = self.tokenizer
+        special = [tok.cls_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id]
+        self.unused_token_ids = np.array(sorted({int(t) for t in special if t is not None}), dtype=np.int64)
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, kinds: Sequence[str]) -> dict[str, torch.Tensor]:
+        hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        out = {}
+        if DENSE in kinds:
+            out[DENSE] = F.normalize(hidden[:, 0].float(), dim=-1)
+        if SPARSE in kinds:
+            out[SPARSE] = torch.relu(self.sparse_linear(hidden)).squeeze(-1).float()  # [B, L]
+        if MULTIVEC in kinds:
+            if self.colbert_linear is None:
+                raise ValueError("multi-vector output from an encoder loaded without the colbert head (multivec=False)")
+            vecs = self.colbert_linear(hidden[:, 1:]).float() * mask[:, 1:, None]
+            out[MULTIVEC] = F.normalize(vecs, dim=-1)  # [B, L - 1, d], zero past each text's end
+        return out
+
+    def rows(self, kind: str, batch: Batch) -> list[Any]:
+        if kind == SPARSE:
+            return self._sparse_rows(batch)
+        vecs = batch.tensors[MULTIVEC].cpu().numpy()
+        return [vecs[i, : int(n) - 1].copy() for i, n in enumerate(batch.lengths)]
+
+    def _sparse_rows(self, batch: Batch) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per batch row: (token ids int32 ascending, weights float32 > 0), the max over repeated tokens."""
+        weights = batch.tensors[SPARSE].cpu().numpy()
+        ids = batch.input_ids
+        n, width = ids.shape
+        valid = (np.arange(width)[None, :] < batch.lengths[:, None]) & (weights > 0)
+        valid &= ~np.isin(ids, self.unused_token_ids)
+        rows, cols = np.nonzero(valid)
+        key = (rows.astype(np.int64) << 32) | ids[rows, cols]
+        w = weights[rows, cols]
+        order = np.lexsort((w, key))  # by key, then weight ascending: a key's last entry is its max
+        key, w = key[order], w[order]
+        last = np.ones(len(key), dtype=bool)
+        last[:-1] = key[1:] != key[:-1]
+        key, w = key[last], w[last]
+        tokens = (key & 0xFFFFFFFF).astype(np.int32)
+        bounds = np.searchsorted(key >> 32, np.arange(n + 1))
+        return [(tokens[bounds[i] : bounds[i + 1]], w[bounds[i] : bounds[i + 1]]) for i in range(n)]
+
+    def encode_multivec(self, texts: Sequence[str], role: Role, batch_size: int) -> list[np.ndarray]:
+        """One float32 ``[tokens - 1, colbert_dim]`` array of unit rows per text, in input order."""
+        return self.encode_outputs(texts, role, batch_size, (MULTIVEC,))[MULTIVEC]
+
+
+def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto", multivec: bool = False) -> BgeM3Encoder:
+    """Load the BGE-M3 checkpoint of a resolved ``spec`` (local folder or hub id).
+
+    The colbert head is loaded (and required) only with ``multivec=True`` (the rerank stage).
+    Raises :class:`InputError` naming a missing or corrupt head file or a bad checkpoint,
+    :class:`DownloadError` when a hub id cannot be fetched.
+    """
+    path = resolve_model_dir(spec["checkpoint"])
+    heads = [SPARSE_HEAD, COLBERT_HEAD] if multivec else [SPARSE_HEAD]
+    ckpt = load_checkpoint(path, "AutoModel", device, dtype, required_files=heads)
+    hidden = int(ckpt.model.config.hidden_size)
+    sparse = _load_head(path / SPARSE_HEAD, hidden, 1)
+    colbert = _load_head(path / COLBERT_HEAD, hidden, None) if multivec else None
+    for head in (sparse, colbert):
+        if head is not None:
+            head.to(device=ckpt.device, dtype=ckpt.dtype).eval().requires_grad_(False)
+    return BgeM3Encoder(ckpt, spec, sparse, colbert)
+
+
+@torch.inference_mode()
+def multivec_scores(
+    model: BgeM3Encoder,
+    queries: Sequence[str],
+    passages: Mapping[str, str],
+    pairs: Sequence[tuple[int, str]],
+    batch_size: int,
+) -> np.ndarray:
+    """ColBERT scores (float32, aligned with ``pairs``) of ``(query index, docid)`` pairs.
+
+    ``queries[i]`` is the text of query index ``i``; ``passages[docid]`` that of a passage; the
+    max lengths are the spec's. Every distinct passage is encoded once per call, in chunks,
+    and its token vectors are dropped once its pairs are scored: memory is bounded by the
+    chunk, not by the number of candidates.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    scores = np.zeros(len(pairs), dtype=np.float32)
+    if not pairs:
+        return scores
+    by_doc: dict[str, list[int]] = {}
+    for k, (qi, docid) in enumerate(pairs):
+        if not 0 <= qi < len(queries):
+            raise IndexError(f"pair {k}: query index {qi} is out of range (0..{len(queries) - 1})")
+        if docid not in passages:
+            raise KeyError(f"pair {k}: docid {docid!r} is not among the given passages")
+        by_doc.setdefault(docid, []).append(k)
+    pair_q = np.array([qi for qi, _ in pairs], dtype=np.int64)
+    dev = model.device
+
+    # Queries: all needed ones, padded into one tensor on the device.
+    q_index = np.unique(pair_q)
+    q_slot = np.full(len(queries), -1, dtype=np.int64)
+    q_slot[q_index] = np.arange(len(q_index))
+    q_lens = torch.zeros(len(q_index), dtype=torch.long, device=dev)
+    q_vecs: torch.Tensor | None = None
+    q_texts = model.prepare([queries[i] for i in q_index], "query")
+    for batch in model.iter_batches(q_texts, model.max_length("query"), batch_size, (MULTIVEC,)):
+        vecs = batch.tensors[MULTIVEC]
+        if q_vecs is None:  # the first batch is the longest
+            q_vecs = torch.zeros(len(q_index), vecs.shape[1], vecs.shape[2], device=dev)
+        pos = torch.from_numpy(batch.positions).to(dev)
+        q_vecs[pos, : vecs.shape[1]] = vecs
+        q_lens[pos] = torch.from_numpy(batch.lengths - 1).to(dev)
+    assert q_vecs is not None
+    q_valid = torch.arange(q_vecs.shape[1], device=dev)[None, :] < q_lens[:, None]
+
+    docids = list(by_doc)
+    pair_block = max(batch_size, 64)
+    chunk = chunk_rows(batch_size)
+    p_max_length = model.max_length("passage")
+    for start in range(0, len(docids), chunk):
+        chunk_ids = docids[start : start + chunk]
+        texts = model.prepare([passages[d] for d in chunk_ids], "passage")
+        for batch in model.iter_batches(texts, p_max_length, batch_size, (MULTIVEC,)):
+            p_vecs = batch.tensors[MULTIVEC]  # [B, Lp, d], zero past each passage's end
+            p_valid = (
+                torch.arange(p_vecs.shape[1], device=dev)[None, :]
+                < torch.from_numpy(batch.lengths - 1).to(dev)[:, None]
+            )
+            rows = [(row, k) for row, p in enumerate(batch.positions) for k in by_doc[chunk_ids[p]]]
+            for b in range(0, len(rows), pair_block):
+                block = rows[b : b + pair_block]
+                prow = torch.tensor([r for r, _ in block], device=dev)
+                ks = np.array([k for _, k in block])
+                qrow = torch.from_numpy(q_slot[pair_q[ks]]).to(dev)
+                sim = torch.bmm(q_vecs[qrow], p_vecs[prow].transpose(1, 2))  # [m, Lq, Lp]
+                sim.masked_fill_(~p_valid[prow][:, None, :], -math.inf)
+                best = sim.max(dim=-1).values.masked_fill(~q_valid[qrow], 0.0)
+                scores[ks] = (best.sum(dim=1) / q_lens[qrow]).cpu().numpy()
+    return scores
