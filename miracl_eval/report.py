@@ -676,8 +676,13 @@ def settings_stage(
     tsv_out: PathLike,
     html_out: PathLike,
     dataset: str = "",
+    version: str | None = None,
 ) -> dict[str, int]:
-    """Stage entry point: the settings as TSV (:data:`SETTINGS_COLUMNS`) and HTML."""
+    """Stage entry point: the settings as TSV (:data:`SETTINGS_COLUMNS`) and HTML; ``version``, the
+    release of the topics and qrels the run used (:func:`miracl_eval.download.read_version`), is
+    added to the ``data`` section."""
+    release = version or "unknown (local files; declare it with hub.messirve_version)"
+    settings = {**settings, "data": {**settings.get("data", {}), "version": release}}
     rows = settings_rows(settings, dict(zip(corpus_names, corpora, strict=True)), shard_size)
     write_text_atomic(tsv_out, format_tsv(SETTINGS_COLUMNS, rows))
     write_text_atomic(html_out, settings_html(rows, f"Run settings — {dataset}" if dataset else "Run settings"))

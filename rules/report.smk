@@ -230,7 +230,8 @@ rule report_sensitivity:
 
 rule report_settings:
     input:
-        expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        version=PATHS["data_version"],
     output:
         tsv=report(
             "results/{dataset}_settings.tsv",
