@@ -86,7 +86,9 @@ def report_inputs(
     """The files the report shows, but the stage costs (which summarise the jobs of all of them):
     a function of the rows alone (significance needs a pair, sensitivity a fused row)."""
     files = [f"results/{dataset}_{key}.{ext}" for key in measure_keys for ext in ("html", "svg")]
-    files += [f"results/{dataset}_published.{ext}" for ext in ("tsv", "html")]
+    files += [f"results/{dataset}_published.{ext}" for ext in ("tsv", "html")] + [
+        f"results/{dataset}_comparability.tsv"
+    ]
     if comparison_pairs(labels, hybrids):
         files += [
             f"results/{dataset}_{name}.{ext}" for name in ("significance", "top_differences") for ext in ("tsv", "html")

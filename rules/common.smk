@@ -49,6 +49,7 @@ PATHS = {
     "per_query": "results/{dataset}/{part}/{system}.per_query.parquet",
     "data_version": "resources/{dataset}/topics/version.txt",
     "table": "results/{dataset}_{measure}.tsv",
+    "comparability": "results/{dataset}_comparability.tsv",
     "tiny_model": "resources/models/tiny-{tiny}",
 }
 
