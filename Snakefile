@@ -38,11 +38,18 @@ include: "rules/report.smk"
 
 
 from miracl_eval.comparability import run_notice
+from miracl_eval.report_plan import plain_report_problem
 
 ALL_TARGETS = [
     *expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
     *REPORT_TARGETS,
 ]
+# `snakemake --report` alone only collects finished files: say in one line what to run instead
+_report_problem = plain_report_problem(
+    sys.argv, [f for f in ALL_TARGETS if not os.path.exists(f)]
+)
+if _report_problem:
+    sys.exit(_report_problem)
 
 
 onsuccess:

@@ -99,6 +99,19 @@ def report_inputs(
     return files
 
 
+def plain_report_problem(argv: Sequence[str], missing: Sequence[str]) -> str | None:
+    """One line for ``snakemake --report`` without ``--report-after-run`` when report files are
+    ``missing``: Snakemake then only collects the files and stops at the first missing one (for
+    instance after ``make run``, which builds the tables alone). None otherwise."""
+    plain = any(a == "--report" or a.startswith("--report=") for a in argv) and "--report-after-run" not in argv
+    if not plain or not missing:
+        return None
+    return (
+        f"snakemake --report: {len(missing)} of the report's files do not exist yet ({missing[0]}, ...); build them "
+        "and the report in one go with `make report` (the bundled sample), or add --report-after-run to this command."
+    )
+
+
 def _flat(spec: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in spec.items():

@@ -6,17 +6,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import SAMPLE, sample_config, snakemake, write_config
+from conftest import REPO, SAMPLE, planned_jobs, sample_config, snakemake, write_config
 
 from miracl_eval import comparability, published, schemas
 from miracl_eval.comparability import FULL_DATA, Observed, compare, references
 from miracl_eval.datasets import MESSIRVE, MIRACL_LANGUAGES
 from miracl_eval.preprocess import build_topics
+from miracl_eval.report_plan import plain_report_problem
 from miracl_eval.tsv import format_tsv, read_tsv
 
 # MIRACL v1.0 (paper, Table 1; de and yo: MTEB's statistics): passages and dev queries, typed from the sources
@@ -286,3 +290,47 @@ def test_sample_run_shows_no_published_number_and_says_why(
     assert "none of this run's partitions has the full data" in page and f"{n} of 2,061,414 passages" in page
     # the end of the run says it too
     assert f"  {LANG}: {checks[0]['reason']}" in proc.stdout + proc.stderr
+
+
+def test_plain_report_problem_only_for_report_without_report_after_run() -> None:
+    missing = ["results/miracl_ndcg.html", "results/miracl_ndcg.svg"]
+    line = plain_report_problem(["snakemake", "--report", "r.html"], missing)
+    assert line is not None and line.startswith("snakemake --report: 2 of the report's files do not exist yet")
+    assert "results/miracl_ndcg.html" in line and "\n" not in line
+    assert plain_report_problem(["snakemake", "--report=r.html"], missing) == line
+    assert plain_report_problem(["snakemake", "--report", "r.html", "--report-after-run"], missing) is None
+    assert plain_report_problem(["snakemake", "--report", "r.html"], []) is None
+    assert plain_report_problem(["snakemake", "--report-stylesheet", "s.css", "-n"], missing) is None
+
+
+@pytest.mark.workflow
+def test_plain_report_after_a_partial_run_says_what_to_run(
+    bm25_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    work, _ = bm25_run
+    proc = snakemake(work, work / "config.yaml", args=("--report", str(work / "report.html")), check=False)
+    assert proc.returncode != 0 and not (work / "report.html").exists()
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("snakemake --report")]
+    assert len(lines) == 1 and "`make report`" in lines[0] and "--report-after-run" in lines[0], proc.stderr[-2000:]
+
+
+@pytest.mark.workflow
+def test_make_report_plans_the_demo_report(tmp_path: Path) -> None:
+    """`make report`'s command, dry: from a working directory with the sample, it plans every report view."""
+    printed = subprocess.run(
+        ["make", "-s", "-n", "-C", str(REPO), "report"], capture_output=True, text=True, check=True
+    ).stdout
+    command = next(shlex.split(ln) for ln in printed.splitlines() if "snakemake" in ln and "--report" in ln)
+    assert command[0].endswith(".venv/bin/snakemake")
+    assert command[command.index("--configfile") + 1] == "sample/miracl.yaml"
+    assert command[-3:] == ["--report", "report.html", "--report-after-run"]
+    shutil.copytree(SAMPLE, tmp_path / "sample")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), *command[1:], "-n"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    jobs = planned_jobs(proc)
+    assert jobs.get("tables") == 1 and jobs.get("comparability") == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rule in ("report_published", "report_settings", "report_significance", "report_sensitivity"):
+        assert jobs.get(rule) == 1, rule
+    assert jobs["report_results"] == 2
