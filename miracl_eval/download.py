@@ -89,7 +89,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 def versions_in(dataset: Dataset, files: Iterable[str]) -> list[str]:
     """The releases of topics and qrels among a hub repository's file names, oldest first."""
     if dataset.hub.version_pattern is None:
-        return [dataset.version] if dataset.version else []
+        return []
     pattern = re.compile(dataset.hub.version_pattern)
     found = {m.group("version") for f in files if (m := pattern.search(f))}
     return sorted(found, key=_version_key)
