@@ -40,6 +40,34 @@ include: "rules/evaluate.smk"
 include: "rules/report.smk"
 
 
+from miracl_eval.comparability import run_notice
+from miracl_eval.report_plan import plain_report_problem
+
+ALL_TARGETS = [
+    *expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
+    *REPORT_TARGETS,
+]
+# `snakemake --report` alone only collects finished files: say in one line what to run instead
+_report_problem = plain_report_problem(
+    sys.argv, [f for f in ALL_TARGETS if not os.path.exists(f)]
+)
+if _report_problem:
+    sys.exit(_report_problem)
+
+
+onsuccess:
+    # why a partition's numbers are (not) shown beside the published ones; never fails the run
+    for line in run_notice(
+        path("comparability", dataset=DATASET.name),
+        DATASET.name,
+        PARTS,
+        expand(path("corpus", dataset=DATASET.name), corpus=CORPORA)
+        + expand(path("queries", dataset=DATASET.name), part=PARTS)
+        + expand(path("qrels", dataset=DATASET.name), part=PARTS),
+    ):
+        print(line)
+
+
 localrules:
     all,
 
@@ -47,5 +75,4 @@ localrules:
 rule all:
     default_target: True
     input:
-        expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
-        REPORT_TARGETS,
+        ALL_TARGETS,

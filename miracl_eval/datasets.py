@@ -24,9 +24,9 @@ MESSIRVE_COUNTRIES: tuple[str, ...] = (
 class HubFiles:
     """Where the Hugging Face hub keeps a dataset's files.
 
-    Templates take ``{part}`` (partition) and ``{split}``. The corpus files are those of
-    ``corpus_repo`` whose path starts with ``corpus_prefix`` (which may use ``{part}``) and ends
-    with one of ``corpus_suffix``.
+    Templates take ``{part}`` (partition), ``{split}`` and ``{version}`` (the release of the topics
+    and qrels). The corpus files are those of ``corpus_repo`` whose path starts with
+    ``corpus_prefix`` (which may use ``{part}``) and ends with one of ``corpus_suffix``.
     """
 
     corpus_repo: str
@@ -35,6 +35,9 @@ class HubFiles:
     topics_repo: str
     topics_file: str
     qrels_file: str
+    #: a regular expression whose group ``version`` finds the releases among the file names of
+    #: ``topics_repo``; None when the dataset's ``version`` is fixed
+    version_pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class Dataset:
     language: str | None = None
     #: whether the result tables get a ``mean`` column over the partitions
     mean_column: bool = True
+    #: the release of the topics and qrels when the hub's file names fix it; None: resolved from
+    #: the hub's file list (``hub.version_pattern``, setting ``hub.messirve_version``)
+    version: str | None = None
     citation: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -79,6 +85,7 @@ MIRACL = Dataset(
         topics_file="miracl-v1.0-{part}/topics/topics.miracl-v1.0-{part}-{split}.tsv",
         qrels_file="miracl-v1.0-{part}/qrels/qrels.miracl-v1.0-{part}-{split}.tsv",
     ),
+    version="v1.0",
     citation="Zhang et al., MIRACL, TACL 2023 (arXiv:2210.09984)",
 )
 
@@ -94,8 +101,10 @@ MESSIRVE = Dataset(
         # the hub's data files (Parquet as converted by the hub, or the uploaded JSONL)
         corpus_suffix=(".parquet", ".jsonl", ".jsonl.gz"),
         topics_repo="spanish-ir/messirve-trec",
-        topics_file="topics.messirve-v0.1-{part}-{split}.tsv",
-        qrels_file="qrels.messirve-v0.1-{part}-{split}.tsv",
+        # the hub holds several releases side by side (messirve-v0.1-*, May 2024; the paper's v1.0)
+        topics_file="topics.messirve-{version}-{part}-{split}.tsv",
+        qrels_file="qrels.messirve-{version}-{part}-{split}.tsv",
+        version_pattern=r"^(?:topics|qrels)\.messirve-(?P<version>v[0-9]+(?:\.[0-9]+)*)-",
     ),
     shared_corpus="eswiki",
     language="es",

@@ -7,10 +7,12 @@ point the config at local files instead.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
-from .atomic import atomic_output
+from .atomic import atomic_output, write_text_atomic
 from .datasets import Dataset
 from .errors import DownloadError
 
@@ -72,6 +74,69 @@ def download_corpus(
     return out
 
 
+# --------------------------------------------------------------------------- versions
+
+AUTO = "auto"
+#: what the version file holds when the version of local topics and qrels is not known
+UNKNOWN_VERSION = "unknown"
+VERSION_SETTING = "hub.messirve_version"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"[0-9]+", version))
+
+
+def versions_in(dataset: Dataset, files: Iterable[str]) -> list[str]:
+    """The releases of topics and qrels among a hub repository's file names, oldest first."""
+    if dataset.hub.version_pattern is None:
+        return []
+    pattern = re.compile(dataset.hub.version_pattern)
+    found = {m.group("version") for f in files if (m := pattern.search(f))}
+    return sorted(found, key=_version_key)
+
+
+def resolve_version(dataset: Dataset, setting: str = AUTO, from_hub: bool = True, revision: str = "main") -> str | None:
+    """The release of the topics and qrels a run uses: the dataset's fixed one (MIRACL v1.0), the
+    pinned ``setting``, or with ``auto`` the newest present in the hub repository's file list
+    (None for local files: unknown)."""
+    if dataset.version is not None:
+        return dataset.version
+    if setting != AUTO:
+        return setting
+    if not from_hub:
+        return None
+    from huggingface_hub import HfApi
+
+    repo = dataset.hub.topics_repo
+    try:
+        files = HfApi().list_repo_files(repo, repo_type="dataset", revision=revision)
+    except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
+        raise _fail(
+            f"the file list (to find the newest release; or pin one with {VERSION_SETTING})", repo, err
+        ) from err
+    versions = versions_in(dataset, files)
+    if not versions:
+        raise DownloadError(
+            f"the hub dataset '{repo}' has no versioned topics or qrels files at revision {revision}; {OFFLINE_HINT}."
+        )
+    return versions[-1]
+
+
+def version_stage(
+    dataset: Dataset, setting: str, from_hub: bool, revision: str, output: str | os.PathLike[str]
+) -> str | None:
+    """Stage entry point: write the release (:func:`resolve_version`) to ``output``, one line."""
+    version = resolve_version(dataset, setting, from_hub, revision)
+    write_text_atomic(output, f"{version or UNKNOWN_VERSION}\n")
+    return version
+
+
+def read_version(path: str | os.PathLike[str]) -> str | None:
+    """The release written by :func:`version_stage` (None when unknown)."""
+    text = Path(path).read_text(encoding="utf-8").strip()
+    return None if text == UNKNOWN_VERSION else text
+
+
 def download_topics_qrels(
     dataset: Dataset,
     partition: str,
@@ -80,11 +145,15 @@ def download_topics_qrels(
     qrels_out: str | os.PathLike[str],
     revision: str = "main",
     cache_dir: str | None = None,
+    version: str | None = None,
 ) -> None:
-    """Download one partition's topics and qrels files."""
+    """Download one partition's topics and qrels files of one release (default: the dataset's fixed one)."""
     hub = dataset.hub
+    release = version or dataset.version
+    if release is None:
+        raise DownloadError(f"{dataset.name}: no release of the topics and qrels was chosen ({VERSION_SETTING})")
     for template, out in ((hub.topics_file, topics_out), (hub.qrels_file, qrels_out)):
-        name = template.format(part=partition, split=split)
+        name = template.format(part=partition, split=split, version=release)
         try:
             local = _hub_download(hub.topics_repo, name, revision, cache_dir)
         except Exception as err:  # noqa: BLE001

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from importlib import resources
@@ -150,20 +150,20 @@ def parse_published(text: str, path: str) -> list[Row]:
     return rows
 
 
-def data_dir() -> Traversable:
-    """The shipped ``data/published`` directory (package data, through importlib.resources).
+def data_dir(sub: str = PACKAGE_DIR) -> Traversable:
+    """A shipped data directory, ``data/published`` by default (package data, through importlib.resources).
 
     ``miracl_eval`` may be a namespace package in an editable install, whose path list holds a
     non-directory entry that ``importlib.resources`` rejects; then the module's own directory is
     used (the same files).
     """
     try:
-        base = resources.files("miracl_eval").joinpath(PACKAGE_DIR)
+        base = resources.files("miracl_eval").joinpath(sub)
         if base.is_dir():
             return base
     except (NotADirectoryError, TypeError, ModuleNotFoundError):
         pass
-    return Path(__file__).resolve().parent / PACKAGE_DIR
+    return Path(__file__).resolve().parent / sub
 
 
 def load_published(files: Iterable[str] | None = None) -> list[Row]:
@@ -245,6 +245,7 @@ def side_by_side(
     measure: str,
     run_config: Mapping[str, object],
     published: Sequence[Row] | None = None,
+    comparable: Collection[str] | None = None,
 ) -> list[dict[str, object]]:
     """Our values next to every comparable published value.
 
@@ -252,6 +253,11 @@ def side_by_side(
     over its languages) is compared only with a mean over the same languages: ours over all of
     them (``ours[method]["mean"]`` if we have exactly those languages, else their mean), or an
     explicit ``mean`` given alone. A mean over a subset of languages is never compared.
+
+    ``comparable``: the partitions whose data is the full data of the published numbers
+    (:mod:`miracl_eval.comparability`); a published number of another partition is left out, and a
+    published mean unless all of its languages are comparable. None: every partition (unit tests of
+    the configuration matching).
 
     Returns one dict per match with the columns :data:`SIDE_BY_SIDE_COLUMNS`: ``theirs`` is on
     the 0–1 scale, ``diff = ours − theirs``, ``published``/``scale`` are as printed.
@@ -270,6 +276,8 @@ def side_by_side(
             if _mismatch(r, facts) is not None:
                 continue
             langs = languages.get((r.source_id, r.system)) or _dataset_partitions(dataset)
+            if comparable is not None and not set(langs if r.partition == MEAN else [r.partition]) <= set(comparable):
+                continue
             mine = _our_value(values, r.partition, langs)
             if mine is None:
                 continue

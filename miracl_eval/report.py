@@ -31,11 +31,11 @@ import io
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import metrics, published, schemas, sensitivity, significance
+from . import comparability, metrics, published, schemas, sensitivity, significance
 from .atomic import atomic_output, write_text_atomic
 from .report_plan import row_colors
 from .tsv import format_tsv, read_tsv
@@ -257,27 +257,72 @@ def results_views_stage(
 
 
 def published_rows(
-    tables: Mapping[str, PathLike], dataset: str, split: str, run_config: Mapping[str, object]
+    tables: Mapping[str, PathLike],
+    dataset: str,
+    split: str,
+    run_config: Mapping[str, object],
+    comparable: Collection[str],
 ) -> list[dict[str, object]]:
     """:func:`miracl_eval.published.side_by_side` rows of every measure; ``tables`` maps an
-    ir_measures name (``nDCG@10``, ``R@100``) to our results table."""
+    ir_measures name (``nDCG@10``, ``R@100``) to our results table; only the ``comparable``
+    partitions (:mod:`miracl_eval.comparability`) are compared."""
     rows: list[dict[str, object]] = []
     shipped = published.load_published()
     for measure, path in tables.items():
         ours = published.read_results_table(path)
-        rows += published.side_by_side(ours, dataset, split, measure, run_config, shipped)
+        rows += published.side_by_side(ours, dataset, split, measure, run_config, shipped, comparable)
     return rows
 
 
-def published_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
+def comparability_html(checks: Sequence[Mapping[str, str]]) -> str:
+    """The comparability table (:data:`miracl_eval.comparability.COLUMNS`) as HTML, the reasons in words."""
+    header = ["partition", "passages", "full", "queries", "full", "judgements", "full", "fingerprints", "comparable",
+              "reason"]  # fmt: skip
+    rows = [
+        [
+            c["partition"],
+            c["passages"],
+            c["full_passages"],
+            c["queries"],
+            c["full_queries"],
+            c["judgements"],
+            c["full_judgements"],
+            f"qids {c['qids_fingerprint']}, qrels {c['qrels_fingerprint']}",
+            c["comparable"],
+            c["reason"],
+        ]
+        for c in checks
+    ]
+    classes = [["", *[""] * 7, "sig-pos" if c["comparable"] == "yes" else "sig-neg", ""] for c in checks]
+    return html_table(header, rows, classes, text_columns=(0, 7, 8, 9))
+
+
+def published_html(rows: Sequence[Mapping[str, object]], title: str, checks: Sequence[Mapping[str, str]]) -> str:
     note = (
-        "Our numbers next to every published number whose configuration matches this run's (same dataset, split, "
-        "measure, method, model and the source's stated settings, e.g. BM25 k1/b or fusion weights). "
-        "'theirs' is on the 0–1 scale; 'published' is the value as printed; diff = ours − theirs."
+        "Our numbers next to every published number computed on the same data (the full corpus, topics and qrels "
+        "of the partition; a published mean only when all of its languages are) and whose configuration matches "
+        "this run's (same dataset, split, measure, method, model and the source's stated settings, e.g. BM25 k1/b "
+        "or fusion weights). 'theirs' is on the 0–1 scale; 'published' is the value as printed; diff = ours − theirs."
+    )
+    not_comparable = [c for c in checks if c["comparable"] != "yes"]
+    data = (
+        f"<h2>Same data as the published numbers? {len(checks) - len(not_comparable)} of {len(checks)} partitions</h2>"
+        + (
+            "<p>No published number is shown beside "
+            + ", ".join(html.escape(f"{c['partition']} ({c['reason']})") for c in not_comparable)
+            + ".</p>"
+            if not_comparable
+            else ""
+        )
+        + comparability_html(checks)
     )
     if not rows:
-        body = "<p>No published number matches this run's configuration (for instance a different model).</p>"
-        return html_page(title, body, note)
+        why = (
+            "none of this run's partitions has the full data the published numbers were computed on (below)"
+            if len(not_comparable) == len(checks)
+            else "none matches this run's configuration on its comparable partitions (for instance a different model)"
+        )
+        return html_page(title, f"<p>No published number is shown: {why}.</p>\n{data}", note)
     header = ["measure", "method", "partition", "system", "source", "ours", "theirs", "diff", "published"]
     out = [
         [
@@ -293,7 +338,7 @@ def published_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
         ]
         for r in rows
     ]
-    return html_page(title, html_table(header, out), note)
+    return html_page(title, html_table(header, out) + "\n" + data, note)
 
 
 def published_stage(
@@ -301,14 +346,17 @@ def published_stage(
     dataset: str,
     split: str,
     run_config: Mapping[str, object],
+    comparability_tsv: PathLike,
     tsv_out: PathLike,
     html_out: PathLike,
 ) -> dict[str, int]:
-    """Stage entry point: the side-by-side table as TSV (exact) and HTML."""
-    rows = published_rows(tables, dataset, split, run_config)
+    """Stage entry point: the side-by-side table of the comparable partitions (the stage
+    :func:`miracl_eval.comparability.comparability_stage`'s table) as TSV (exact) and HTML."""
+    checks = comparability.read_comparability(comparability_tsv)
+    rows = published_rows(tables, dataset, split, run_config, comparability.comparable_partitions(checks))
     published.write_side_by_side(rows, tsv_out)
-    write_text_atomic(html_out, published_html(rows, f"Published numbers — {dataset} {split}"))
-    return {"matched": len(rows)}
+    write_text_atomic(html_out, published_html(rows, f"Published numbers — {dataset} {split}", checks))
+    return {"matched": len(rows), "comparable_partitions": len(comparability.comparable_partitions(checks))}
 
 
 # --------------------------------------------------------------------------- significance
@@ -676,8 +724,13 @@ def settings_stage(
     tsv_out: PathLike,
     html_out: PathLike,
     dataset: str = "",
+    version: str | None = None,
 ) -> dict[str, int]:
-    """Stage entry point: the settings as TSV (:data:`SETTINGS_COLUMNS`) and HTML."""
+    """Stage entry point: the settings as TSV (:data:`SETTINGS_COLUMNS`) and HTML; ``version``, the
+    release of the topics and qrels the run used (:func:`miracl_eval.download.read_version`), is
+    added to the ``data`` section."""
+    release = version or "unknown (local files; declare it with hub.messirve_version)"
+    settings = {**settings, "data": {**settings.get("data", {}), "version": release}}
     rows = settings_rows(settings, dict(zip(corpus_names, corpora, strict=True)), shard_size)
     write_text_atomic(tsv_out, format_tsv(SETTINGS_COLUMNS, rows))
     write_text_atomic(html_out, settings_html(rows, f"Run settings — {dataset}" if dataset else "Run settings"))

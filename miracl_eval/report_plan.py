@@ -86,7 +86,9 @@ def report_inputs(
     """The files the report shows, but the stage costs (which summarise the jobs of all of them):
     a function of the rows alone (significance needs a pair, sensitivity a fused row)."""
     files = [f"results/{dataset}_{key}.{ext}" for key in measure_keys for ext in ("html", "svg")]
-    files += [f"results/{dataset}_published.{ext}" for ext in ("tsv", "html")]
+    files += [f"results/{dataset}_published.{ext}" for ext in ("tsv", "html")] + [
+        f"results/{dataset}_comparability.tsv"
+    ]
     if comparison_pairs(labels, hybrids):
         files += [
             f"results/{dataset}_{name}.{ext}" for name in ("significance", "top_differences") for ext in ("tsv", "html")
@@ -95,6 +97,19 @@ def report_inputs(
         files += [f"results/{dataset}_sensitivity.{ext}" for ext in ("tsv", "svg")]
     files += [f"results/{dataset}_settings.{ext}" for ext in ("tsv", "html")]
     return files
+
+
+def plain_report_problem(argv: Sequence[str], missing: Sequence[str]) -> str | None:
+    """One line for ``snakemake --report`` without ``--report-after-run`` when report files are
+    ``missing``: Snakemake then only collects the files and stops at the first missing one (for
+    instance after ``make run``, which builds the tables alone). None otherwise."""
+    plain = any(a == "--report" or a.startswith("--report=") for a in argv) and "--report-after-run" not in argv
+    if not plain or not missing:
+        return None
+    return (
+        f"snakemake --report: {len(missing)} of the report's files do not exist yet ({missing[0]}, ...); build them "
+        "and the report in one go with `make report` (the bundled sample), or add --report-after-run to this command."
+    )
 
 
 def _flat(spec: Mapping[str, Any], prefix: str = "") -> dict[str, object]:

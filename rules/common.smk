@@ -14,6 +14,8 @@ CORPORA = DATASET.corpora(PARTS)
 MEASURE_KEYS = [m.key for m in MEASURES]
 SOURCE = config.get("source")
 ENC = config["encoder"]
+# the release of the topics and qrels asked for: MIRACL's is fixed, MessIRve's a setting
+VERSION_SETTING = DATASET.version or config["hub"]["messirve_version"]
 DENSE_INDEX = config["dense_index"]
 # GPU rules ask for a GPU unless the config pins the encoders to the CPU.
 GPU = 0 if ENC["device"] == "cpu" else 1
@@ -47,7 +49,9 @@ PATHS = {
     "per_query": "results/{dataset}/{part}/{system}.per_query.parquet",
     "judged_not_in_corpus": "results/{dataset}/{part}/judged_not_in_corpus.tsv",
     "effective_config": "results/{dataset}_config.yaml",
+    "data_version": "resources/{dataset}/topics/version.txt",
     "table": "results/{dataset}_{measure}.tsv",
+    "comparability": "results/{dataset}_comparability.tsv",
     "tiny_model": "resources/models/tiny-{tiny}",
     "me5_small": "resources/models/me5-small",
 }

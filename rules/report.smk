@@ -89,9 +89,41 @@ rule report_results:
         "../scripts/report_results.py"
 
 
+rule comparability:
+    input:
+        corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        queries=expand(path("queries", dataset="{{dataset}}"), part=PARTS),
+        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
+        version=PATHS["data_version"],
+    output:
+        report(
+            PATHS["comparability"],
+            caption="../report/comparability.rst",
+            category="Results vs published",
+        ),
+    log:
+        "logs/{dataset}/comparability.log",
+    benchmark:
+        "stats/{dataset}/comparability.tsv"
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        split=config["split"],
+        partitions=PARTS,
+        corpus_of={p: DATASET.corpus_of(p) for p in PARTS},
+        corpora=CORPORA,
+    script:
+        "../scripts/comparability.py"
+
+
 rule report_published:
     input:
-        **{key: f"results/{{dataset}}_{key}.tsv" for key in MEASURE_KEYS},
+        **{key: path("table", measure=key) for key in MEASURE_KEYS},
+        comparability=PATHS["comparability"],
     output:
         tsv=report(
             "results/{dataset}_published.tsv",
@@ -238,7 +270,8 @@ rule report_sensitivity:
 
 rule report_settings:
     input:
-        expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        version=PATHS["data_version"],
     output:
         tsv=report(
             "results/{dataset}_settings.tsv",

@@ -9,10 +9,11 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
     sm,
     lambda: published_stage(
-        {sm.params.measures[key]: path for key, path in sm.input.items()},
+        {name: sm.input[key] for key, name in sm.params.measures.items()},
         sm.params.dataset,
         sm.params.split,
         sm.params.run_config,
+        sm.input.comparability,
         sm.output.tsv,
         sm.output.html,
     ),

@@ -57,3 +57,83 @@ def test_corpus_files_are_chosen_by_prefix_and_suffix(monkeypatch: pytest.Monkey
     out = download.download_corpus(MIRACL, "sw", tmp_path / "sw")
     assert [p.name for p in out] == ["0000-docs-0.jsonl.gz", "0001-docs-1.jsonl.gz"]
     assert (tmp_path / "sw" / "0001-docs-1.jsonl.gz").read_text() == "miracl-corpus-v1.0-sw/docs-1.jsonl.gz"
+
+
+MESSIRVE_FILES = [
+    ".gitattributes",
+    "README.md",
+    "topics.messirve-v0.1-ar-test.tsv",
+    "qrels.messirve-v0.1-ar-test.tsv",
+    "topics.messirve-v1.0-ar-test.tsv",
+    "qrels.messirve-v1.0-ar-test.tsv",
+    "topics.messirve-v1.0-full-train.tsv",
+    "notes/messirve-v9.9-draft.txt",  # not a topics or qrels file
+]
+
+
+def fake_hub(monkeypatch: pytest.MonkeyPatch, files: list[str], tmp_path: Path) -> list[str]:
+    """A hub whose file list is ``files``; returns the list of files downloaded from it."""
+    fetched: list[str] = []
+
+    class FakeApi:
+        def list_repo_files(self, repo: str, repo_type: str, revision: str) -> list[str]:
+            assert (repo, repo_type, revision) == ("spanish-ir/messirve-trec", "dataset", "main")
+            return files
+
+    def fake_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
+        if filename not in files:
+            raise FileNotFoundError(f"404 {filename}")
+        fetched.append(filename)
+        path = tmp_path / "cache" / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(filename)
+        return str(path)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(download, "_hub_download", fake_download)
+    return fetched
+
+
+def test_messirve_version_is_the_newest_in_the_file_list(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fetched = fake_hub(monkeypatch, MESSIRVE_FILES, tmp_path)
+    assert download.versions_in(MESSIRVE, MESSIRVE_FILES) == ["v0.1", "v1.0"]
+    assert download.versions_in(MESSIRVE, ["topics.messirve-v1.10-ar-test.tsv", "qrels.messirve-v1.9-ar-test.tsv"]) == [
+        "v1.9",
+        "v1.10",
+    ]  # numeric, not alphabetical
+    out = tmp_path / "version.txt"
+    assert download.version_stage(MESSIRVE, "auto", True, "main", out) == "v1.0"
+    assert download.read_version(out) == "v1.0"
+    download.download_topics_qrels(
+        MESSIRVE, "ar", "test", tmp_path / "t.tsv", tmp_path / "q.tsv", version=download.read_version(out)
+    )
+    assert fetched == ["topics.messirve-v1.0-ar-test.tsv", "qrels.messirve-v1.0-ar-test.tsv"]
+    assert (tmp_path / "t.tsv").read_text() == "topics.messirve-v1.0-ar-test.tsv"
+
+
+def test_a_pinned_or_fixed_version_needs_no_file_list(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import huggingface_hub
+
+    class NoApi:
+        def list_repo_files(self, *args: object, **kwargs: object) -> list[str]:
+            raise AssertionError("the file list was read")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", NoApi)
+    assert download.resolve_version(MESSIRVE, "v0.1") == "v0.1"
+    assert download.resolve_version(MIRACL, "auto") == "v1.0"  # MIRACL's file names fix it
+    out = tmp_path / "version.txt"
+    assert download.version_stage(MESSIRVE, "auto", False, "main", out) is None  # local files: unknown
+    assert out.read_text() == "unknown\n" and download.read_version(out) is None
+
+
+def test_no_versioned_files_or_no_network_fail_in_one_sentence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as offline:
+        download.resolve_version(MESSIRVE, "auto")
+    message = str(offline.value)
+    assert message.startswith("Could not download the file list (to find the newest release; or pin one with")
+    assert "hub.messirve_version" in message and "spanish-ir/messirve-trec" in message and "\n" not in message
+    fake_hub(monkeypatch, ["README.md"], tmp_path)
+    with pytest.raises(DownloadError, match="has no versioned topics or qrels files at revision main"):
+        download.resolve_version(MESSIRVE, "auto")

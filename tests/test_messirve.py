@@ -16,7 +16,8 @@ from miracl_eval.loading import iter_corpus, iter_qrels, iter_topics
 from miracl_eval.preprocess import build_corpus_from
 
 PARTS = ["full", "ar", "co", "es", "mx", "no_country"]
-METHODS = ["bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all"]
+M3 = "bge-m3-random"
+METHODS = ["bm25", "me5-small/dense", "bm25+me5-small", *(f"{M3}/{m}" for m in ("dense", "sparse", "multivec", "dense+sparse", "all"))]
 
 
 def test_sample_partitions() -> None:
@@ -72,7 +73,7 @@ def test_malformed_messirve_topics_and_qrels(tmp_path: Path) -> None:
 def messirve_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("messirve")
     cfg = sample_config(file="messirve.yaml")
-    cfg["models"]["bge-m3"]["rerank_depth"] = 20
+    cfg["models"][M3]["rerank_depth"] = 20
     snakemake(work, write_config(work, cfg), "results/messirve_ndcg.tsv")
     return work
 
@@ -104,11 +105,12 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
 
     assert jobs("preprocess_corpus") == 1
     assert jobs("bm25_index") == 1
-    assert jobs("dense_index") == 1
+    assert jobs("dense_index") == 2  # one per model
     assert jobs("sparse_index") == 1
     assert jobs("encode_corpus_dense_sparse") == 3, "92 paragraphs in shards of 40, encoded once"
+    assert jobs("encode_corpus_dense") == 3, "me5-small: the same shards, encoded once"
     assert jobs("bm25_search") == len(PARTS)
-    assert jobs("encode_queries_dense_sparse") == len(PARTS)
+    assert jobs("encode_queries_dense_sparse") == jobs("encode_queries_dense") == len(PARTS)
     assert sorted(p.name for p in (messirve_run / "resources" / "messirve" / "corpus").iterdir()) == ["eswiki"]
     assert json.loads(
         (

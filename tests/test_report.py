@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import m3_config, planned_jobs, snakemake, write_config
+from conftest import SAMPLE, m3_config, planned_jobs, snakemake, write_config
 
 from miracl_eval import published, report, report_plan, schemas, significance, stage_costs
 
@@ -38,7 +38,7 @@ REPORT_FILES = [
     f"results/miracl_{name}"
     for name in (
         "ndcg.tsv", "ndcg.html", "ndcg.svg", "recall100.tsv", "recall100.html", "recall100.svg",
-        "published.tsv", "published.html", "significance.tsv", "significance.html",
+        "published.tsv", "published.html", "comparability.tsv", "significance.tsv", "significance.html",
         "top_differences.tsv", "top_differences.html", "sensitivity.tsv", "sensitivity.svg",
         "settings.tsv", "settings.html", "stage_costs.tsv", "stage_costs.html",
     )
@@ -82,7 +82,7 @@ def test_report_inputs_and_settings_follow_the_configured_rows() -> None:
     ]
     bm25 = report_plan.report_inputs("miracl", ["ndcg"], ["bm25"])
     assert bm25 == [f"results/miracl_{n}" for n in ("ndcg.html", "ndcg.svg", "published.tsv", "published.html",
-                                                     "settings.tsv", "settings.html")]  # fmt: skip
+                                                     "comparability.tsv", "settings.tsv", "settings.html")]  # fmt: skip
     from miracl_eval.config import validate
 
     cfg = validate(
@@ -351,6 +351,7 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert report.SENSITIVITY_LABEL[1:] in results["results/miracl_sensitivity.svg"]["caption"]
     settings = {(r["setting"]): r["value"] for r in tsv_dicts(sample_report / "results/miracl_settings.tsv")}
     assert settings["dataset"] == "miracl" and settings["split"] == "dev" and settings["languages"] == "sw, yo"
+    assert settings["version"] == "v1.0"
     m3 = "models.bge-m3."
     assert settings["methods"] == ", ".join(METHODS) and settings[m3 + "checkpoint"] == "resources/models/tiny-bge-m3"
     assert settings[m3 + "query_max_length"] == "256" and settings[m3 + "passage_max_length"] == "512"
@@ -377,9 +378,25 @@ def test_significance_table_has_every_pair_language_and_mean(sample_report: Path
 
 
 @pytest.mark.workflow
-def test_published_side_by_side_matches_the_shipped_bm25_numbers(sample_report: Path) -> None:
-    rows = tsv_dicts(sample_report / "results/miracl_published.tsv")
+def test_published_table_of_the_sample_is_empty_and_says_why(sample_report: Path) -> None:
+    # the sample is not the full data the published numbers were computed on: nothing beside them
     assert tsv_header(sample_report / "results/miracl_published.tsv") == list(published.SIDE_BY_SIDE_COLUMNS)
+    assert tsv_dicts(sample_report / "results/miracl_published.tsv") == []
+    checks = {r["partition"]: r for r in tsv_dicts(sample_report / "results/miracl_comparability.tsv")}
+    for lang, full in (("sw", "131,924"), ("yo", "49,043")):
+        n = len((SAMPLE / "miracl" / lang / "corpus.jsonl").read_text(encoding="utf-8").splitlines())
+        assert checks[lang]["comparable"] == "no" and checks[lang]["reason"].startswith(f"{n} of {full} passages")
+    page = (sample_report / "results/miracl_published.html").read_text(encoding="utf-8")
+    assert "No published number is shown" in page and checks["sw"]["reason"] in page
+
+
+@pytest.mark.workflow
+def test_published_side_by_side_matches_the_shipped_bm25_numbers(sample_report: Path) -> None:
+    # the sample's tables, as if its two languages were the full data: the matching on configuration
+    tables = {m: sample_report / f"results/miracl_{k}.tsv" for m, k in (("nDCG@10", "ndcg"), ("R@100", "recall100"))}
+    from miracl_eval.config import validate
+
+    rows = report.published_rows(tables, "miracl", "dev", validate(report_config()), set(LANGS))
     shipped = {
         (r["measure"], r["partition"]): r
         for r in csv.DictReader(
@@ -404,10 +421,13 @@ def test_published_side_by_side_matches_the_shipped_bm25_numbers(sample_report: 
         ("nDCG@10", "ndcg"), ("R@100", "recall100"))}  # fmt: skip
     for r in rows:
         src = shipped[(r["measure"], r["partition"])]
-        assert r["published"] == src["value"] and r["scale"] == src["scale"] == "1"
-        assert Decimal(r["theirs"]) == Decimal(src["value"])  # exactly the shipped number
+        assert r["published"] == src["value"] and str(r["scale"]) == src["scale"] == "1"
+        assert Decimal(repr(r["theirs"])) == Decimal(src["value"])  # exactly the shipped number
         assert float(r["ours"]) == ours[r["measure"]]["bm25"][r["partition"]]
         assert math.isclose(float(r["diff"]), float(r["ours"]) - float(r["theirs"]), abs_tol=1e-15)
+    assert report.published_rows(tables, "miracl", "dev", validate(report_config()), {"sw"}) == [
+        r for r in rows if r["partition"] == "sw"
+    ]
 
 
 @pytest.mark.workflow
