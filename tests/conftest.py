@@ -146,8 +146,8 @@ def m3_config(languages: list[str] = M3_LANGS, m3: dict[str, Any] | None = None,
         methods=M3_METHODS,
         models={"bge-m3": {"checkpoint": TINY_M3, "rerank_depth": 20, **(m3 or {})}},
         hybrids={},
-        encoder={"device": "cpu", "shard_size": 10, "batch_size": 8},
-        query_chunk=3,  # 4 queries per language: two rerank chunks each
+        encoder={"device": "cpu", "shard_size": 60, "batch_size": 8},  # about 160 passages: three shards each
+        query_chunk=7,  # 11-13 queries per language: two rerank chunks each
     )
     cfg.update(overrides)
     return cfg

@@ -17,22 +17,29 @@ from miracl_eval.preprocess import build_corpus_from
 
 PARTS = ["full", "ar", "co", "es", "mx", "no_country"]
 M3 = "bge-m3-random"
-METHODS = ["bm25", "me5-small/dense", "bm25+me5-small", *(f"{M3}/{m}" for m in ("dense", "sparse", "multivec", "dense+sparse", "all"))]
+METHODS = [
+    "bm25",
+    "me5-small/dense",
+    "bm25+me5-small",
+    *(f"{M3}/{m}" for m in ("dense", "sparse", "multivec", "dense+sparse", "all")),
+]
 
 
 def test_sample_partitions() -> None:
     docids = {p.docid for _, p in iter_corpus(SAMPLE / "messirve" / "corpus.jsonl")}
-    assert len(docids) >= 60
-    union: set[tuple[str, str]] = set()
+    assert len(docids) >= 150
+    union: set[tuple[str, str, int]] = set()
     for part in PARTS:
         topics = {q for _, q, _ in iter_topics(SAMPLE / "messirve" / part / "topics.tsv")}
         qrels = [(q, d, r) for _, q, d, r in iter_qrels(SAMPLE / "messirve" / part / "qrels.tsv")]
-        assert {q for q, _, _ in qrels} == topics
-        assert len(qrels) == len(topics), "one relevant paragraph per query"
-        assert all(r == 1 and d in docids for _, d, r in qrels)
+        assert {q for q, _, _ in qrels} == topics and len(topics) >= 8
+        assert all(d in docids for _, d, _ in qrels)
+        for qid in topics:
+            judged = [r for q, _, r in qrels if q == qid]
+            assert 1 in judged and judged.count(0) >= 3, (part, qid)
         if part != "full":
-            union |= {(q, d) for q, d, _ in qrels}
-    full = {(q, d) for _, q, d, _ in iter_qrels(SAMPLE / "messirve" / "full" / "qrels.tsv")}
+            union |= set(qrels)
+    full = set((q, d, r) for _, q, d, r in iter_qrels(SAMPLE / "messirve" / "full" / "qrels.tsv"))
     assert full == union
     assert set(PARTS) <= set(MESSIRVE.partitions)
 
@@ -107,7 +114,7 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
     assert jobs("bm25_index") == 1
     assert jobs("dense_index") == 2  # one per model
     assert jobs("sparse_index") == 1
-    assert jobs("encode_corpus_dense_sparse") == 3, "92 paragraphs in shards of 40, encoded once"
+    assert jobs("encode_corpus_dense_sparse") == 3, "203 paragraphs in shards of 100, encoded once"
     assert jobs("encode_corpus_dense") == 3, "me5-small: the same shards, encoded once"
     assert jobs("bm25_search") == len(PARTS)
     assert jobs("encode_queries_dense_sparse") == jobs("encode_queries_dense") == len(PARTS)

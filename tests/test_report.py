@@ -305,7 +305,7 @@ def test_identify_benchmark_prefers_the_most_specific_pattern() -> None:
 
 def report_config() -> dict:
     # one encoding shard and one rerank chunk per language: the fewest jobs
-    return m3_config(LANGS, encoder={"device": "cpu", "shard_size": 100, "batch_size": 8}, query_chunk=50)
+    return m3_config(LANGS, encoder={"device": "cpu", "shard_size": 200, "batch_size": 8}, query_chunk=50)
 
 
 @pytest.fixture(scope="module")
@@ -357,7 +357,8 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert settings[m3 + "query_max_length"] == "256" and settings[m3 + "passage_max_length"] == "512"
     assert [settings[m3 + f"weights.{c}"] for c in ("dense", "sparse", "multivec")] == ["1", "0.3", "1"]
     assert (settings["bm25.k1"], settings["bm25.b"]) == ("0.9", "0.4")
-    assert settings["encoder.shard_size"] == "100" and settings["sw"] == "24 passages, 1 encoding shard of up to 100"
+    sw = sum(1 for _ in open(SAMPLE / "miracl/sw/corpus.jsonl", encoding="utf-8"))
+    assert settings["encoder.shard_size"] == "200" and settings["sw"] == f"{sw} passages, 1 encoding shard of up to 200"
 
 
 @pytest.mark.workflow

@@ -46,9 +46,9 @@ def test_tables_have_bm25_for_every_language_and_the_mean(sample_run: Path) -> N
         row = table["bm25"]
         assert all(0.0 <= row[lang] <= 1.0 for lang in LANGS)
         assert row["mean"] == pytest.approx(sum(row[lang] for lang in LANGS) / len(LANGS), abs=1e-4)
-    # the sample's queries share words with their passages: BM25 must find most of them
-    assert read_results_table(sample_run / "results" / "miracl_recall100.tsv")["bm25"]["mean"] > 0.9
-    assert read_results_table(sample_run / "results" / "miracl_ndcg.tsv")["bm25"]["mean"] > 0.5
+    # about half of the sample's queries share words with their answers: BM25 finds many, not all
+    assert read_results_table(sample_run / "results" / "miracl_recall100.tsv")["bm25"]["mean"] > 0.6
+    assert read_results_table(sample_run / "results" / "miracl_ndcg.tsv")["bm25"]["mean"] > 0.3
 
 
 def test_runs_are_valid_trec_files_equal_to_their_parquet(sample_run: Path) -> None:
@@ -87,7 +87,7 @@ def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None
     ensure_jvm()
     from pyserini.search.lucene import LuceneSearcher
 
-    compared = 0
+    compared = expected = 0
     for lang in LANGS:
         index = sample_run / "resources" / "miracl" / "indexes" / lang / "bm25"
         analysis = index_analysis(index)
@@ -95,6 +95,7 @@ def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None
         searcher.set_bm25(0.9, 0.4)
         analysis.configure_searcher(searcher)
         queries = pq.read_table(sample_run / "resources" / "miracl" / "topics" / lang / "queries.parquet").to_pylist()
+        expected += len(queries)
         run = read_run(sample_run / "runs" / "miracl" / lang / "bm25.parquet").to_pylist()
         for q in queries:
             (text,) = analysis.prepare_queries([q["query"]])
@@ -103,7 +104,7 @@ def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None
             assert sorted(ours) == sorted(direct), (lang, q["qid"])
             compared += 1
         searcher.close()
-    assert compared == len(LANGS) * 4
+    assert compared == expected >= len(LANGS) * 8
 
 
 def test_bad_corpus_line_fails_with_file_and_line_and_leaves_nothing(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_all_six_methods_have_rows(m3_run: Path) -> None:
         assert all(0.0 <= float(v) <= 1.0 for values in rows.values() for v in values)
     for lang in LANGS:
         shards = sorted((m3_run / "resources/miracl/encoded/bge-m3/corpus" / lang / "dense").iterdir())
-        assert len(shards) == 3, "24 passages in shards of 10"
+        assert len(shards) == 3, "about 160 passages in shards of 60"
 
 
 def test_fused_scores_are_weighted_sums_of_kept_components(m3_run: Path) -> None:
@@ -152,4 +152,4 @@ def test_killed_encoding_resumes_with_finished_shards_and_equal_tables(m3_run: P
         assert (shard_dir / name).stat().st_mtime_ns == mtime, f"finished shard {name} was redone"
     for table in ("miracl_ndcg.tsv", "miracl_recall100.tsv"):
         assert (tmp_path / "results" / table).read_bytes() == (m3_run / "results" / table).read_bytes()
-    assert yaml.safe_load(cfg_path.read_text())["encoder"]["shard_size"] == 10
+    assert yaml.safe_load(cfg_path.read_text())["encoder"]["shard_size"] == 60
