@@ -357,7 +357,7 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert settings[m3 + "query_max_length"] == "256" and settings[m3 + "passage_max_length"] == "512"
     assert [settings[m3 + f"weights.{c}"] for c in ("dense", "sparse", "multivec")] == ["1", "0.3", "1"]
     assert (settings["bm25.k1"], settings["bm25.b"]) == ("0.9", "0.4")
-    sw = sum(1 for _ in open(SAMPLE / "miracl/sw/corpus.jsonl", encoding="utf-8"))
+    sw = len((SAMPLE / "miracl/sw/corpus.jsonl").read_text(encoding="utf-8").splitlines())
     assert settings["encoder.shard_size"] == "200" and settings["sw"] == f"{sw} passages, 1 encoding shard of up to 200"
 
 
