@@ -2,7 +2,7 @@
 
 from miracl_eval.config import fill_placeholders
 from miracl_eval.datasets import get_dataset
-from miracl_eval.encoders.registry import FAMILIES
+from miracl_eval.encoders.registry import FAMILIES, encoding_settings
 from miracl_eval.fusion import FUSED_COMPONENTS
 from miracl_eval.metrics import MEASURES
 from miracl_eval.schemas import num_chunks
@@ -128,11 +128,9 @@ def model_input(wildcards):
     return []
 
 
-def encoder_spec(wildcards):
-    """What a model's encoding depends on: its spec without the retrieval-stage settings."""
-    spec = MODELS[wildcards.model]
-    family = FAMILIES[spec["family"]]
-    return {k: v for k, v in spec.items() if k not in family.retrieval_settings}
+def encoder_spec(role=None):
+    """What a model's encoding of one role's texts (None: both) depends on (its params)."""
+    return lambda wc: encoding_settings(MODELS[wc.model], role)
 
 
 def model_setting(key):

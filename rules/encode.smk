@@ -32,7 +32,7 @@ for kinds in OUTPUT_SETS:
             gpu=GPU,
             mem_mb=16000,
         params:
-            spec=encoder_spec,
+            spec=encoder_spec("passage"),
             shard_size=ENC["shard_size"],
             batch_size=ENC["batch_size"],
             device=ENC["device"],
@@ -62,7 +62,7 @@ for kinds in OUTPUT_SETS:
             gpu=GPU,
             mem_mb=8000,
         params:
-            spec=encoder_spec,
+            spec=encoder_spec("query"),
             batch_size=ENC["batch_size"],
             device=ENC["device"],
             dtype=ENC["dtype"],

@@ -60,7 +60,7 @@ rule rerank_components:
     params:
         depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
-        spec=encoder_spec,
+        spec=encoder_spec(),
         batch_size=ENC["batch_size"],
         device=ENC["device"],
         dtype=ENC["dtype"],

@@ -235,6 +235,22 @@ FAMILIES: Mapping[str, Family] = {
 }
 
 
+#: settings read only when encoding one role's texts (by name: ``query_*``, ``passage_*``, and the title join)
+_ROLE_SETTINGS: Mapping[str, tuple[str, ...]] = {"query": ("query_",), "passage": ("passage_", "title_join")}
+
+
+def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[str, Any]:
+    """The part of a spec that the encodings depend on: without the family's retrieval settings and,
+    for one ``role`` (``query`` or ``passage``), without the other role's settings. A rule passes this
+    as its params, so that a changed setting re-encodes exactly what it changes."""
+    family = get_family(spec["family"])
+    other = {"query": "passage", "passage": "query", None: None}[role]
+    drop = _ROLE_SETTINGS.get(other, ()) if other else ()
+    return {
+        k: v for k, v in spec.items() if k not in family.retrieval_settings and not any(k.startswith(p) for p in drop)
+    }
+
+
 def get_family(name: str) -> Family:
     """The registered family ``name``; raises :class:`ConfigError` (key ``family``) listing the valid ones."""
     try:
