@@ -79,8 +79,7 @@ def test_malformed_messirve_topics_and_qrels(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def messirve_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("messirve")
-    cfg = sample_config(file="messirve.yaml")
-    cfg["models"][M3]["rerank_depth"] = 20
+    cfg = sample_config(file="messirve.yaml", methods=METHODS)
     snakemake(work, write_config(work, cfg), "results/messirve_ndcg.tsv")
     return work
 
