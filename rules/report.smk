@@ -138,7 +138,7 @@ rule report_significance:
         "../envs/report.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("report"),
     params:
         **SIGNIFICANCE,
         methods=METHODS,
@@ -216,7 +216,7 @@ rule report_sensitivity:
         "../envs/report.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("report"),
     params:
         partitions=PARTS,
         methods=SENSITIVITY_METHODS,
