@@ -35,6 +35,8 @@ DOCIDS = pa.schema([("docid", pa.string())])
 GPU_MAX_K = 2048
 # Vectors per Faiss ``add`` call while building (bounded memory for large shards).
 ADD_BATCH = 65_536
+# Query vectors searched at once.
+DENSE_SEARCH_BATCH = 4_096
 
 
 # --------------------------------------------------------------------------- reading vectors
@@ -360,7 +362,7 @@ def dense_search(
     run_trec: PathLike,
     k: int = 1000,
     use_gpu: bool = True,
-    batch: int = 4096,
+    batch: int = DENSE_SEARCH_BATCH,
     nprobe: int = 64,
     ef_search: int = 1024,
     qid_subset: Iterable[str] | None = None,

@@ -1,6 +1,8 @@
-"""Running one workflow stage: logging to the job's log file, and one clear line on error.
+"""Running one workflow stage: logging to the job's log file, its GPUs, and one clear line on error.
 
-``scripts/*.py`` call :func:`run_stage` with the library function that does the work. A
+``scripts/*.py`` call :func:`run_stage` with the library function that does the work. A job that
+declares ``resources: gpu=N`` first leases N devices of its own (:func:`miracl_eval.devices.lease_gpus`;
+under SLURM the scheduler's ``CUDA_VISIBLE_DEVICES`` stands). A
 :class:`MiraclEvalError` (bad input, bad config, failed download) becomes one message on
 stderr and in the log, and a non-zero exit; Snakemake then removes the job's outputs (which
 are written atomically, so nothing partial is left in any case). Any other exception is a bug
@@ -14,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .devices import lease_gpus
 from .errors import MiraclEvalError
 
 
@@ -34,6 +37,9 @@ def run_stage(snakemake: Any, work: Callable[[], Any]) -> None:
     logger = logging.getLogger("miracl_eval.stage")
     logger.info("rule %s, wildcards %s", snakemake.rule, dict(snakemake.wildcards.items()))
     try:
+        gpus = int(getattr(snakemake.resources, "gpu", 0) or 0)
+        if gpus > 0:
+            lease_gpus(gpus)
         result = work()
     except Exception as err:
         if isinstance(err, MiraclEvalError):

@@ -14,7 +14,7 @@ rule bm25_index:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        **request("bm25_index"),
     params:
         language=lambda wc: DATASET.analyzer_language(wc.corpus),
         thai=config["bm25"]["thai"],
@@ -38,7 +38,7 @@ rule bm25_search:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        **request("bm25_search"),
     params:
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],

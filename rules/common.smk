@@ -1,11 +1,15 @@
 # Shared names and input functions. Every path pattern of the workflow is spelled here, once (PATHS).
 
+import errno
+
+from miracl_eval import costs
 from miracl_eval.config import fill_placeholders
 from miracl_eval.datasets import get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
 from miracl_eval.fusion import FUSED_COMPONENTS
 from miracl_eval.metrics import MEASURES
-from miracl_eval.schemas import num_chunks
+from miracl_eval.dense import vector_dim
+from miracl_eval.schemas import count_rows, num_chunks
 from miracl_eval.systems import systems
 
 DATASET = get_dataset(config["dataset"])
@@ -179,3 +183,98 @@ def query_chunks(kind):
 def fusion_components(wildcards):
     kind = "union" if wildcards.method == "dense+sparse" else "rerank"
     return query_chunks(kind)(wildcards)
+
+
+# ---------------------------------------------------------------- resource requests
+
+COST_SETTINGS = costs.Settings.from_config(config)
+#: estimates whose job runs a model (its size counts) on the GPU when the rule asks for one
+MODEL_ESTIMATES = ("encode_corpus", "encode_queries", "rerank_components")
+
+
+def _rows(path, input):
+    """Rows of a checkpoint's Parquet output. Until it exists (a dry run), a FileNotFoundError on the
+    job's input: Snakemake then shows the request as <TBD> and evaluates it again when the job starts.
+    """
+    if not os.path.exists(path):
+        missing = str(input[0]) if len(input) else path
+        raise FileNotFoundError(errno.ENOENT, f"{path} does not exist yet", missing)
+    return count_rows(path)
+
+
+def _dim(path):
+    return vector_dim(path)[1] if os.path.exists(path) else costs.DEFAULT_DIM
+
+
+def _chunk_of(total, size, index):
+    return max(0, min(size, total - index * size))
+
+
+def job_sizes(name, wildcards, input, threads):
+    """The :class:`miracl_eval.costs.Job` of one job of estimate ``name``, from the preprocessed
+    corpus and queries (their Parquet row counts) and the job's wildcards."""
+    w = dict(wildcards.items())
+    sizes = {"threads": threads}
+    if name in ("download", "small"):
+        return costs.Job(**sizes)
+    if name in ("preprocess_corpus", "preprocess_topics"):
+        return costs.Job(input_mb=sum(costs.path_mb(f) for f in input), **sizes)
+    corpus = w.get("corpus") or (DATASET.corpus_of(w["part"]) if "part" in w else None)
+    if corpus is not None and "dataset" in w:
+        sizes["passages"] = _rows(
+            expand(PATHS["corpus"], dataset=w["dataset"], corpus=corpus)[0], input
+        )
+    if "part" in w:
+        sizes["queries"] = _rows(expand(PATHS["queries"], **w)[0], input)
+    elif name == "report":
+        sizes["queries"] = sum(
+            _rows(expand(PATHS["queries"], dataset=DATASET.name, part=p)[0], input)
+            for p in PARTS
+        )
+    if name == "encode_corpus":
+        sizes["passages"] = _chunk_of(
+            sizes["passages"], ENC["shard_size"], int(w["shard"])
+        )
+    if "chunk" in w:
+        sizes["queries"] = _chunk_of(
+            sizes["queries"], config["query_chunk"], int(w["chunk"])
+        )
+    if name == "dense_index":
+        sizes["dim"] = _dim(input[0])
+    if name == "dense_search":
+        sizes["dim"] = _dim(input.queries)
+    if name in MODEL_ESTIMATES:
+        folder = model_input(
+            wildcards
+        )  # a local checkpoint is an input: <TBD> until it exists
+        if folder and not os.path.isdir(folder):
+            raise FileNotFoundError(
+                errno.ENOENT, "the checkpoint does not exist yet", folder
+            )
+        sizes["checkpoint_mb"] = costs.checkpoint_mb(
+            folder or MODELS[w["model"]]["checkpoint"]
+        )
+        sizes["gpu"] = GPU == 1
+    if name == "union_components" or (name == "fuse" and w["method"] == "dense+sparse"):
+        sizes["candidates"] = 2 * config["hits"]
+    elif name in ("rerank_components", "fuse"):
+        sizes["candidates"] = MODELS[w["model"]]["rerank_depth"]
+    if name == "hybrid":
+        hybrid = HYBRIDS[w["hybrid"]]
+        sizes["candidates"] = len(hybrid["systems"]) * hybrid["depth"]
+    return costs.Job(**sizes)
+
+
+def request(name):
+    """A rule's ``mem_mb`` and ``runtime`` (minutes) from estimate ``name`` of miracl_eval.costs,
+    evaluated per job (``resources: **request("bm25_index")``)."""
+
+    def value(key):
+        return lambda wildcards, input, threads: getattr(
+            costs.estimate(
+                name, job_sizes(name, wildcards, input, threads), COST_SETTINGS
+            ),
+            key,
+        )
+
+    return {"mem_mb": value("mem_mb"), "runtime": value("runtime")}

@@ -13,7 +13,7 @@ rule download_corpus:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=1000,
+        **request("download"),
     params:
         revision=config["hub"]["revision"],
         cache_dir=config["hub"]["cache_dir"],
@@ -55,7 +55,7 @@ rule download_topics:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=1000,
+        **request("download"),
     params:
         split=config["split"],
         revision=config["hub"]["revision"],

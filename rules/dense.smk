@@ -18,7 +18,7 @@ rule dense_index:
         "../envs/encode.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=32000,
+        **request("dense_index"),
     params:
         index_type=DENSE_INDEX["type"],
         hnsw_m=DENSE_INDEX["hnsw_m"],
@@ -47,8 +47,8 @@ rule dense_search:
         "../envs/encode.yaml"
     threads: config["threads"]
     resources:
+        **request("dense_search"),
         gpu=GPU if DENSE_INDEX["gpu"] else 0,
-        mem_mb=32000,
     params:
         hits=config["hits"],
         use_gpu=DENSE_INDEX["gpu"],

@@ -29,8 +29,8 @@ for kinds in OUTPUT_SETS:
             "../envs/encode.yaml"
         threads: 2
         resources:
+            **request("encode_corpus"),
             gpu=GPU,
-            mem_mb=16000,
         params:
             spec=encoder_spec("passage"),
             shard_size=ENC["shard_size"],
@@ -59,8 +59,8 @@ for kinds in OUTPUT_SETS:
             "../envs/encode.yaml"
         threads: 2
         resources:
+            **request("encode_queries"),
             gpu=GPU,
-            mem_mb=8000,
         params:
             spec=encoder_spec("query"),
             batch_size=ENC["batch_size"],

@@ -15,7 +15,7 @@ rule evaluate:
         "../envs/eval.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
+        **request("evaluate"),
     script:
         "../scripts/evaluate.py"
 

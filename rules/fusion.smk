@@ -26,7 +26,7 @@ rule union_components:
         "../envs/encode.yaml"
     threads: 1
     resources:
-        mem_mb=16000,
+        **request("union_components"),
     params:
         chunk_size=config["query_chunk"],
     script:
@@ -55,8 +55,8 @@ rule rerank_components:
         "../envs/encode.yaml"
     threads: 2
     resources:
+        **request("rerank_components"),
         gpu=GPU,
-        mem_mb=16000,
     params:
         depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
@@ -86,7 +86,7 @@ rule fuse:
         "../envs/eval.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("fuse"),
     params:
         weights=lambda wc: {
             c: MODELS[wc.model]["weights"][c] for c in FUSED_COMPONENTS[wc.method]

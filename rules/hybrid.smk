@@ -21,7 +21,7 @@ rule hybrid:
         "../envs/eval.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("hybrid"),
     params:
         settings=lambda wc: HYBRIDS[wc.hybrid],
         tag=lambda wc: wc.hybrid,

@@ -25,7 +25,7 @@ rule tiny_model:
         "../envs/encode.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
+        **request("small"),
     params:
         seed=0,
     script:

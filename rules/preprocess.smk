@@ -14,7 +14,7 @@ checkpoint preprocess_corpus:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("preprocess_corpus"),
     params:
         title_join=lambda wc: config["title_join"],
     script:
@@ -36,7 +36,7 @@ checkpoint preprocess_topics:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
+        **request("preprocess_topics"),
     script:
         "../scripts/preprocess_topics.py"
 

@@ -178,7 +178,7 @@ rule report_significance:
         "../envs/report.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("report"),
     params:
         **SIGNIFICANCE,
         methods=METHODS,
@@ -256,7 +256,7 @@ rule report_sensitivity:
         "../envs/report.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **request("report"),
     params:
         partitions=PARTS,
         methods=SENSITIVITY_METHODS,

@@ -18,7 +18,7 @@ rule sparse_index:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        **request("sparse_index"),
     params:
         quantization=model_setting("quantization"),
         java_heap=config["java_heap"],
@@ -43,7 +43,7 @@ rule sparse_search:
         "../envs/lucene.yaml"
     threads: config["threads"]
     resources:
-        mem_mb=8000,
+        **request("sparse_search"),
     params:
         quantization=model_setting("quantization"),
         hits=config["hits"],

@@ -26,6 +26,7 @@ START = REPO / "tests" / "slurm" / "start_cluster.sh"
 PROFILE = REPO / "profiles" / "slurm"
 PARTITION = "localtest"  # start_cluster.sh's partition, the profile's default slurm_partition
 RUN_TIMEOUT = 900  # seconds, for each Snakemake run (timeout -k: a hung run is killed)
+NODE_MB = 4000  # the test node's memory: the sample's requests follow its data and fit
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 # Settings for the test only: keep the logs of successful jobs (they are evidence), poll soon.
 SLURM_ARGS = ("--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1")
@@ -71,6 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
     # Own ports, so that a second test session (or a real slurmd) on this machine does not collide.
     env["SLURM_TEST_CTLD_PORT"], env["SLURM_TEST_SLURMD_PORT"] = str(_free_port()), str(_free_port())
+    env["SLURM_TEST_MEMORY_MB"] = str(NODE_MB)  # a small node: every job of the sample must fit it
     proc = subprocess.run(
         ["timeout", "-k", "10", "600", "bash", str(START), "start", str(directory)],
         env=env, capture_output=True, text=True, timeout=630, check=False,
@@ -154,13 +156,9 @@ def runs(
     local, slurm = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("via_slurm")
     cfg = sample_config(["sw", "yo"], methods=["bm25"])
     target = "results/miracl_ndcg.tsv"
-    memory_args: list[str] = []
-    if (mem := cluster.real_memory_mb()) < 8000:  # a small machine: fit the rules' mem_mb (up to 8000) in
-        rules = ("preprocess_corpus", "bm25_index", "bm25_search")
-        memory_args = ["--set-resources", *(f"{rule}:mem_mb={mem // 2}" for rule in rules)]
     via_slurm = _snakemake(
         cluster, slurm, REPO / "Snakefile", target, "--configfile", str(write_config(slurm, cfg)),
-        "--profile", str(PROFILE), *SLURM_ARGS, *memory_args,
+        "--profile", str(PROFILE), *SLURM_ARGS,
     )  # fmt: skip
     locally = _snakemake(
         cluster, local, REPO / "Snakefile", target, "--configfile", str(write_config(local, cfg)), "--cores", "2"
@@ -174,11 +172,16 @@ def test_workflow_jobs_go_through_sbatch(cluster: Cluster, runs: Runs) -> None:
     submitted = dict(SUBMITTED.findall(runs.slurm_log))
     assert submitted, runs.slurm_log[-4000:]
 
+    assert cluster.real_memory_mb() == NODE_MB
+    assert "No wall time information given" not in runs.slurm_log
     rules: collections.Counter[str] = collections.Counter()
     for jobid, log in submitted.items():
         job = cluster.job(jobid)
         assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
         assert job["Partition"] == PARTITION
+        # each job asked for memory and time from its data (costs.estimate), not a fixed amount
+        assert re.fullmatch(r"\d+M", job["MinMemoryNode"]) and 0 < int(job["MinMemoryNode"][:-1]) <= NODE_MB, job
+        assert re.fullmatch(r"\d\d:\d\d:00", job["TimeLimit"]), job
         rule = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]  # the plugin's --comment
         rules[rule] += 1
         # the plugin's SLURM log (sbatch --output), kept by --slurm-keep-successful-logs

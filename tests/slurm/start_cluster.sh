@@ -12,7 +12,8 @@
 # CUDA_VISIBLE_DEVICES; there is no GPU behind it.
 #
 # Exit status of `start`: 0 ready; 2 SLURM/MUNGE cannot be installed; 3 not root; 1 anything else.
-# Environment: SLURM_TEST_CTLD_PORT (16817), SLURM_TEST_SLURMD_PORT (16818), SLURM_TEST_WAIT (60 s).
+# Environment: SLURM_TEST_CTLD_PORT (16817), SLURM_TEST_SLURMD_PORT (16818), SLURM_TEST_WAIT (60 s),
+# SLURM_TEST_MEMORY_MB (the node's RealMemory, if below 3/4 of the memory available).
 set -euo pipefail
 
 PACKAGES=(slurmctld slurmd slurm-client munge)
@@ -133,6 +134,10 @@ start_cluster() {
     # Below what is free now, so slurmd never reports less than the config claims.
     mem_mb=$((mem_kb * 3 / 4 / 1024))
     ((mem_mb >= 1000)) || die 1 "only $((mem_kb / 1024)) MB of memory available"
+    # A smaller node than the machine, to check that jobs fit it (SLURM_TEST_MEMORY_MB=4000: a 4 GB node).
+    if [[ -n ${SLURM_TEST_MEMORY_MB:-} ]] && ((SLURM_TEST_MEMORY_MB < mem_mb)); then
+        mem_mb=$SLURM_TEST_MEMORY_MB
+    fi
 
     # MUNGE with a private key and socket (no /etc/munge or /run/munge involved).
     rm -f "$DIR/munge/munge.key"

@@ -1,0 +1,242 @@
+"""Resource requests follow the data: small for the sample, what a job needs at full size (dry runs)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO, TINY_M3, m3_config, sample_config, snakemake, write_config
+
+from miracl_eval import costs
+from miracl_eval.config import load_config
+from miracl_eval.datasets import get_dataset
+from miracl_eval.schemas import CORPUS, QRELS, QUERIES
+
+MB = costs.MB
+NODE_MB = 4000  # the sample must fit a 4 GB node
+ENGLISH, MESSIRVE, MESSIRVE_QUERIES = 32_893_221, 14_050_000, 156_528
+SCALE = yaml.safe_load((REPO / "scale.yaml").read_text())
+SCALE_IVFPQ = {**SCALE, "dense_index": {"type": "ivfpq", "ivf_lists": 16384, "pq_m": 64, "nprobe": 128}}
+DATASETS = {name: get_dataset(name).corpus_of for name in ("miracl", "messirve")}
+
+
+def _settings(**overrides: object) -> costs.Settings:
+    return costs.Settings(**overrides)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ estimates
+
+SAMPLE_JOBS = {
+    "small": costs.Job(),
+    "preprocess_corpus": costs.Job(input_mb=0.02),
+    "preprocess_topics": costs.Job(input_mb=0.001),
+    "bm25_index": costs.Job(passages=24),
+    "bm25_search": costs.Job(passages=24, queries=4),
+    "sparse_index": costs.Job(passages=24),
+    "sparse_search": costs.Job(passages=24, queries=4),
+    "encode_corpus": costs.Job(passages=24, checkpoint_mb=3),
+    "encode_queries": costs.Job(queries=4, checkpoint_mb=3),
+    "dense_index": costs.Job(passages=24, dim=32),
+    "dense_search": costs.Job(passages=24, queries=4, dim=32),
+    "union_components": costs.Job(passages=24, queries=3, candidates=2000),
+    "rerank_components": costs.Job(passages=24, queries=3, candidates=20, checkpoint_mb=3),
+    "fuse": costs.Job(queries=4, candidates=2000),
+    "hybrid": costs.Job(queries=4, candidates=2000),
+    "evaluate": costs.Job(queries=4),
+    "report": costs.Job(queries=72),
+}
+
+
+def test_every_estimate_but_the_downloads_has_a_sample_job() -> None:
+    declared = {name.split(":")[0] for name in costs.COSTS}
+    assert declared - set(SAMPLE_JOBS) == {"download"}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_JOBS))
+def test_the_sample_asks_for_little(name: str) -> None:
+    request = costs.estimate(name, SAMPLE_JOBS[name], _settings(java_heap="1g"))
+    assert 0 < request.mem_mb <= NODE_MB and 0 < request.runtime <= 60, request
+
+
+def test_a_flat_index_of_english_asks_for_its_vectors_ivfpq_for_its_codes() -> None:
+    english = costs.Job(passages=ENGLISH, queries=799, dim=1024, threads=8)
+    vectors_mb = ENGLISH * 1024 * 4 / MB  # 128,500 MB
+    for name in ("dense_index", "dense_search"):
+        flat = costs.estimate(name, english, _settings())
+        assert flat.mem_mb >= vectors_mb
+        ivfpq = costs.estimate(name, english, _settings(index_type="ivfpq", ivf_lists=16384, nprobe=128))
+        assert ivfpq.mem_mb < 32_000 < flat.mem_mb
+    # an IVF-PQ index of English: 72 bytes a passage, the centroids, the training sample of 64 per list
+    assert costs.dense_index_mb(_settings(index_type="ivfpq", ivf_lists=16384), ENGLISH, 1024) == pytest.approx(
+        (ENGLISH * 72 + (16384 + 64 * 16384) * 4096) / MB
+    )
+
+
+def test_requests_grow_with_the_data_and_the_settings() -> None:
+    small, large = costs.Job(passages=10_000, threads=4), costs.Job(passages=10_000_000, threads=4)
+    index_small = costs.estimate("bm25_index", small, _settings())
+    index_large = costs.estimate("bm25_index", large, _settings())
+    assert index_large.runtime > 10 * index_small.runtime
+    assert costs.estimate("bm25_index", large, _settings(java_heap="16g")).mem_mb >= 16 * 1024
+    # more threads, less time for a parallel stage
+    assert costs.estimate("bm25_index", costs.Job(passages=10_000_000, threads=16), _settings()).runtime < (
+        index_large.runtime
+    )
+    # fusion holds one query chunk's candidates; its time counts all of them
+    fuse = costs.Job(queries=MESSIRVE_QUERIES, candidates=2000)
+    chunked = costs.estimate("fuse", fuse, _settings(query_chunk=10_000))
+    whole = costs.estimate("fuse", fuse, _settings(query_chunk=200_000))
+    assert chunked.mem_mb < whole.mem_mb and chunked.runtime == whole.runtime
+    with pytest.raises(costs.ConfigError, match="java_heap"):
+        costs.estimate("bm25_index", small, _settings(java_heap="lots"))
+
+
+# ------------------------------------------------------------------------------------------ dry runs
+
+_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+#: rules that run in Snakemake's own process, never through SLURM (`localrule: True`, and `all`)
+LOCAL_RULES = {
+    "all",
+    *(
+        m[1]
+        for f in (REPO / "rules").glob("*.smk")
+        for m in re.finditer(r"^rule (\w+):\n(?:    .*\n|\n)*?    localrule: True", f.read_text(), re.M)
+    ),
+}
+
+
+def dry_run_jobs(text: str) -> list[dict]:
+    """Every job of a dry run's output but the local ones (which SLURM never sees): rule, wildcards, resources."""
+    jobs: list[dict] = []
+    for line in text.splitlines():
+        m = _JOB.match(line)
+        if m:
+            jobs.append({"rule": m[1], "wildcards": {}, "resources": {}, "threads": 1})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, _, value = line.strip().partition(": ")
+            if key == "threads":
+                jobs[-1]["threads"] = int(value)
+            elif key in ("wildcards", "resources"):
+                jobs[-1][key] = dict(item.split("=", 1) for item in value.split(", "))
+    return [job for job in jobs if job["rule"] not in LOCAL_RULES]
+
+
+def _requests(jobs: list[dict]) -> dict[tuple[str, tuple], tuple[int, int, int]]:
+    """``{(rule, wildcards): (mem_mb, runtime, threads)}``."""
+    out = {}
+    for job in jobs:
+        key = (job["rule"], tuple(sorted(job["wildcards"].items())))
+        out[key] = (int(job["resources"]["mem_mb"]), int(job["resources"]["runtime"]), job["threads"])
+    return out
+
+
+def test_sample_requests_fit_a_4gb_node_once_preprocessed(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, m3_config(["sw", "yo"], java_heap="1g"))
+    snakemake(tmp_path, cfg, "--until", "preprocess_corpus", "preprocess_topics")
+    model = tmp_path / TINY_M3  # a tiny checkpoint's size (the requests read no more of it)
+    model.mkdir(parents=True)
+    with open(model / "model.safetensors", "wb") as fh:
+        fh.truncate(3 * MB)
+    jobs = dry_run_jobs(snakemake(tmp_path, cfg, "results/miracl_ndcg.tsv", args=("-n",)).stdout)
+    assert {j["rule"] for j in jobs} >= {"bm25_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+    for job in jobs:
+        res = job["resources"]
+        assert res["mem_mb"] != "<TBD>" and int(res["mem_mb"]) <= NODE_MB, job
+        assert 0 < int(res["runtime"]) <= 60, job
+
+
+def _write_table(path: Path, schema: pa.Schema, rows: int) -> None:
+    """A Parquet file of ``rows`` all-null rows: the row count is all a request reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunk = 1 << 20
+    nulls = pa.RecordBatch.from_arrays([pa.nulls(chunk, f.type) for f in schema], schema=schema)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, chunk):
+            writer.write_batch(nulls.slice(0, min(chunk, rows - start)), row_group_size=chunk)
+
+
+def _full_size(work: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int], **cfg: object) -> Path:
+    """The checkpoint outputs of a full-size run (real passage and query counts), its config and model."""
+    model = work / "models" / "bge-m3"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    with open(model / "model.safetensors", "wb") as fh:
+        fh.truncate(2_270 * MB)  # BGE-M3's size, as a sparse file
+    config = sample_config(list(queries), "miracl.yaml" if dataset == "miracl" else "messirve.yaml")
+    config.update(models={"bge-m3": {"checkpoint": str(model)}}, encoder={"device": "auto"}, **cfg)
+    for name in ("corpus", "topics", "qrels"):
+        config["source"][name] = str(work / "src" / f"{{lang}}.{name}")
+        for part in (*queries, *corpora):
+            (work / "src").mkdir(exist_ok=True)
+            (work / "src" / f"{part}.{name}").touch()
+    for corpus, n in corpora.items():
+        _write_table(work / "resources" / dataset / "corpus" / corpus / "corpus.parquet", CORPUS, n)
+    for part, n in queries.items():
+        _write_table(work / "resources" / dataset / "topics" / part / "queries.parquet", QUERIES, n)
+        _write_table(work / "resources" / dataset / "topics" / part / "qrels.parquet", QRELS, 1)
+    return write_config(work, config)
+
+
+def _expected(
+    rule: str, wildcards: dict[str, str], passages: int, queries: int, threads: int, cfg: dict
+) -> costs.Request:
+    """The request that costs.estimate gives a job of the full-size run, from the job's known sizes."""
+    shard, chunk = cfg["encoder"]["shard_size"], cfg["query_chunk"]
+    name = rule.removesuffix("_dense_sparse")
+    job = {
+        "bm25_index": costs.Job(passages=passages, threads=threads),
+        "dense_index": costs.Job(passages=passages, threads=threads),
+        "encode_corpus": costs.Job(
+            passages=min(shard, passages - int(wildcards.get("shard", 0)) * shard),
+            threads=threads,
+            checkpoint_mb=2_270.0,
+            gpu=True,
+        ),
+        "union_components": costs.Job(
+            passages=passages, queries=min(chunk, queries - int(wildcards.get("chunk", 0)) * chunk), candidates=2000
+        ),
+        "fuse": costs.Job(queries=queries, candidates=2000 if wildcards.get("method") == "dense+sparse" else 200),
+    }[name]
+    return costs.estimate(name, job, costs.Settings.from_config(cfg))
+
+
+CHECKED = {"bm25_index", "dense_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize(
+    "dataset, corpora, queries, big",
+    [
+        ("miracl", {"en": ENGLISH, "yo": 49_043}, {"en": 799, "yo": 119}, "en"),
+        ("messirve", {"eswiki": MESSIRVE}, {"full": MESSIRVE_QUERIES}, "eswiki"),
+    ],
+)
+@pytest.mark.parametrize("scale", [SCALE, SCALE_IVFPQ], ids=["flat", "ivfpq"])
+def test_full_size_requests_follow_the_data_and_fit_32gb_but_a_flat_index(
+    tmp_path: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int], big: str, scale: dict
+) -> None:
+    cfg_path = _full_size(tmp_path, dataset, corpora, queries, **scale)
+    cfg = load_config(cfg_path)
+    jobs = dry_run_jobs(snakemake(tmp_path, cfg_path, f"results/{dataset}_ndcg.tsv", args=("-n",)).stdout)
+    requests = _requests(jobs)
+    flat = cfg["dense_index"]["type"] == "flat"
+    checked = set()
+    for (rule, wc), (mem, runtime, threads) in requests.items():
+        wildcards = dict(wc)
+        corpus = wildcards.get("corpus") or DATASETS[dataset](wildcards["part"])
+        passages, n_queries = corpora.get(corpus, 0), queries.get(wildcards.get("part", ""), 0)
+        if rule in CHECKED:
+            expected = _expected(rule, wildcards, passages, n_queries, threads, cfg)
+            assert (mem, runtime) == (expected.mem_mb, expected.runtime), (rule, wildcards)
+            checked.add(rule)
+        if flat and rule in ("dense_index", "dense_search") and corpus == big:
+            assert mem >= passages * 4096 / MB, (rule, wildcards, mem)
+        else:
+            assert mem < 32_000, (rule, wildcards, mem)
+    assert checked == CHECKED
+    shards = [wc for rule, wc in requests if rule == "encode_corpus_dense_sparse" and dict(wc)["corpus"] == big]
+    assert len(shards) == -(-corpora[big] // cfg["encoder"]["shard_size"])
