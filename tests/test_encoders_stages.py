@@ -190,3 +190,18 @@ def test_null_text_names_the_row(tiny_checkpoints, tmp_path):
     with pytest.raises(InputError, match="row 2"):
         encode_queries(qpath, _outputs("dense", tmp_path / "o"), _spec(tiny_checkpoints, "dense"), 2, "cpu")
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+
+
+def test_a_spec_for_one_role_encodes_that_role(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """The rules pass each encoding job only its role's settings (registry.encoding_settings)."""
+    from miracl_eval.encoders.registry import encoding_settings, get_family
+
+    spec = get_family("bge-m3").resolve({"checkpoint": str(tiny_checkpoint)})
+    queries = encoding_settings(spec, "query")
+    assert "passage_max_length" not in queries and "title_join" not in queries and "weights" not in queries
+    full = get_family("bge-m3").load(spec, device="cpu", dtype="float32")
+    only = get_family("bge-m3").load(queries, device="cpu", dtype="float32")
+    texts = ["Ziwa Viktoria ni ziwa kubwa", "日本の首都はどこですか"]
+    np.testing.assert_array_equal(only.encode(texts, "query", 2).dense, full.encode(texts, "query", 2).dense)
+    with pytest.raises(KeyError):
+        only.encode(texts, "passage", 2)

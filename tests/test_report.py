@@ -370,7 +370,9 @@ def test_significance_table_has_every_pair_language_and_mean(sample_report: Path
     assert [(r["measure"], r["method_a"], r["method_b"], r["partition"]) for r in rows] == expected
     ndcg = {r[0]: dict(zip(["sw", "yo", "mean"], r[1:], strict=True)) for r in report.read_tsv(
         sample_report / "results/miracl_ndcg.tsv")[1]}  # fmt: skip
-    n = {lang: len((SAMPLE / "miracl" / lang / "topics.tsv").read_text(encoding="utf-8").splitlines()) for lang in LANGS}
+    n = {
+        lang: len((SAMPLE / "miracl" / lang / "topics.tsv").read_text(encoding="utf-8").splitlines()) for lang in LANGS
+    }
     n["mean"] = sum(n.values())
     for r in rows:
         assert r["n_queries"] == str(n[r["partition"]])

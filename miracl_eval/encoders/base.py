@@ -215,6 +215,8 @@ class TransformerEncoder:
             limit -= int(config.pad_token_id) + 1  # RoBERTa positions start after the padding index
         self.max_length_limit: int | None = limit or None
         for role in ROLES:
+            if f"{role}_max_length" not in self.spec:  # a spec for one role's texts (registry.encoding_settings)
+                continue
             n = self.max_length(role)
             if n < len(self.suffix_ids) + 2:
                 raise ConfigError(f"{role}_max_length", f"{n} leaves no room for the text")
