@@ -8,6 +8,7 @@ from miracl_eval.datasets import get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
 from miracl_eval.fusion import FUSED_COMPONENTS
 from miracl_eval.metrics import MEASURES
+from miracl_eval.models import BUILT_CHECKPOINTS
 from miracl_eval.dense import vector_dim
 from miracl_eval.schemas import count_rows, num_chunks
 from miracl_eval.systems import systems
@@ -127,7 +128,7 @@ PER_QUERY = expand(path("per_query", dataset="{{dataset}}"), part=PARTS, system=
 def model_input(wildcards):
     """The checkpoint folder as an input when it is local (so a rebuilt model re-runs its jobs)."""
     folder = MODELS[wildcards.model]["checkpoint"]
-    if folder.startswith("resources/models/") or os.path.isdir(folder):
+    if folder.startswith(BUILT_CHECKPOINTS) or os.path.isdir(folder):
         return folder
     return []
 

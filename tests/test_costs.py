@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO, TINY_M3, m3_config, sample_config, snakemake, write_config
+from conftest import M3_METHODS, REPO, TINY_M3, m3_config, sample_config, snakemake, write_config
 
 from miracl_eval import costs
 from miracl_eval.config import load_config
@@ -163,11 +163,14 @@ def _full_size(work: Path, dataset: str, corpora: dict[str, int], queries: dict[
     """The checkpoint outputs of a full-size run (real passage and query counts), its config and model."""
     model = work / "models" / "bge-m3"
     model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # a stand-in checkpoint folder
+        (model / name).write_text("{}")
     with open(model / "model.safetensors", "wb") as fh:
         fh.truncate(2_270 * MB)  # BGE-M3's size, as a sparse file
     config = sample_config(list(queries), "miracl.yaml" if dataset == "miracl" else "messirve.yaml")
-    config.update(models={"bge-m3": {"checkpoint": str(model)}}, encoder={"device": "auto"}, **cfg)
+    config.update(
+        models={"bge-m3": {"checkpoint": str(model)}}, methods=M3_METHODS, hybrids={}, encoder={"device": "auto"}, **cfg
+    )
     for name in ("corpus", "topics", "qrels"):
         config["source"][name] = str(work / "src" / f"{{lang}}.{name}")
         for part in (*queries, *corpora):
