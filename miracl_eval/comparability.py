@@ -28,7 +28,7 @@ from pathlib import Path
 from . import schemas
 from .atomic import write_text_atomic
 from .errors import InputError
-from .tsv import format_tsv, read_tsv
+from .tsv import data_rows, format_tsv, read_tsv
 
 PathLike = str | os.PathLike[str]
 
@@ -141,22 +141,7 @@ def _read_reference(name: str, columns: Sequence[str]) -> list[tuple[int, dict[s
     from .published import data_dir
 
     text = data_dir(REFERENCE_DIR).joinpath(name).read_text(encoding="utf-8")
-    shown = f"miracl_eval/{REFERENCE_DIR}/{name}"
-    rows: list[tuple[int, dict[str, str]]] = []
-    header: list[str] | None = None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if header is None:
-            header = cells
-            if tuple(header) != tuple(columns):
-                raise InputError(shown, f"header must be {' '.join(columns)}, found {' '.join(header)}", lineno)
-            continue
-        if len(cells) != len(columns):
-            raise InputError(shown, f"{len(cells)} fields, expected {len(columns)}", lineno)
-        rows.append((lineno, dict(zip(columns, cells, strict=True))))
-    return rows
+    return data_rows(text, f"miracl_eval/{REFERENCE_DIR}/{name}", columns)
 
 
 def _count(text: str, where: str, line: int) -> int | None:

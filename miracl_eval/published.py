@@ -38,7 +38,7 @@ from . import metrics
 from .atomic import write_text_atomic
 from .errors import InputError
 from .systems import METHOD_NAMES, system_facts
-from .tsv import format_tsv
+from .tsv import data_rows, format_tsv
 
 PACKAGE_DIR = "data/published"
 FILES: tuple[str, ...] = (
@@ -106,19 +106,7 @@ def _parse_config(text: str, path: str, line: int) -> tuple[tuple[str, str], ...
 def parse_published(text: str, path: str) -> list[Row]:
     """Parse one published-numbers TSV (see ``SOURCES.md`` for the format)."""
     rows: list[Row] = []
-    header: list[str] | None = None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if header is None:
-            header = cells
-            if tuple(header) != COLUMNS:
-                raise InputError(path, f"header must be {' '.join(COLUMNS)}, found {' '.join(header)}", lineno)
-            continue
-        if len(cells) != len(COLUMNS):
-            raise InputError(path, f"{len(cells)} fields, expected {len(COLUMNS)}", lineno)
-        rec = dict(zip(COLUMNS, cells, strict=True))
+    for lineno, rec in data_rows(text, path, COLUMNS):
         try:
             value = Decimal(rec["value"])
         except InvalidOperation:
@@ -145,8 +133,6 @@ def parse_published(text: str, path: str) -> list[Row]:
                 config=_parse_config(rec["config"], path, lineno),
             )
         )
-    if header is None:
-        raise InputError(path, "no header line")
     return rows
 
 

@@ -26,6 +26,28 @@ def read_tsv(path: PathLike) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def data_rows(text: str, where: str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """``(line number, {column: cell})`` of a shipped data table: ``#`` comment and blank lines skipped,
+    then a header that must be ``columns``, then rows exactly as wide. ``where`` names it in errors."""
+    rows: list[tuple[int, dict[str, str]]] = []
+    header: list[str] | None = None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        cells = line.split("\t")
+        if header is None:
+            header = cells
+            if tuple(header) != tuple(columns):
+                raise InputError(where, f"header must be {' '.join(columns)}, found {' '.join(header)}", lineno)
+            continue
+        if len(cells) != len(columns):
+            raise InputError(where, f"{len(cells)} fields, expected {len(columns)}", lineno)
+        rows.append((lineno, dict(zip(columns, cells, strict=True))))
+    if header is None:
+        raise InputError(where, "no header line")
+    return rows
+
+
 def format_tsv(columns: Sequence[str], rows: Iterable[Mapping[str, object]]) -> str:
     """Rows as TSV: floats with their shortest round-trip representation, None as empty."""
 
