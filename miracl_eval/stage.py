@@ -35,7 +35,7 @@ def run_stage(snakemake: Any, work: Callable[[], Any]) -> None:
     logger = logging.getLogger("miracl_eval.stage")
     logger.info("rule %s, wildcards %s", snakemake.rule, dict(snakemake.wildcards.items()))
     try:
-        gpus = int(getattr(snakemake.resources, "gpu", 0) or 0)
+        gpus = int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
         if gpus > 0:
             lease_gpus(gpus)
         result = work()
