@@ -13,10 +13,12 @@ import logging
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+
+import pyarrow as pa
 
 from . import schemas
 from .analysis import Analysis, analysis_for
@@ -44,15 +46,22 @@ class IndexResult:
     seconds: float
 
 
-def _write_collection(records: Iterator[dict[str, object]], folder: Path, files: int) -> int:
-    """Spread JSON records round-robin over ``files`` JSONL files (Anserini reads one per thread)."""
+def json_lines(records: Iterable[dict[str, object]]) -> pa.Array:
+    """JSONL lines (each ending with a newline) of JSON records, as a string array."""
+    return pa.array([json.dumps(r, ensure_ascii=False) + "\n" for r in records], pa.string())
+
+
+def _write_collection(chunks: Iterator[pa.Array], folder: Path, files: int) -> int:
+    """Write chunks of JSONL lines (string arrays, each line ending with a newline) to ``files`` JSONL
+    files, each chunk split evenly over them (Anserini reads one file per thread). Returns #lines."""
     n = 0
     with ExitStack() as stack:
-        handles = [
-            stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8")) for i in range(files)
-        ]
-        for n, record in enumerate(records, start=1):
-            handles[n % files].write(json.dumps(record, ensure_ascii=False) + "\n")
+        handles = [stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "wb")) for i in range(files)]
+        for chunk in chunks:
+            cuts = [len(chunk) * i // files for i in range(files + 1)]
+            for fh, lo, hi in zip(handles, cuts[:-1], cuts[1:], strict=True):
+                schemas.write_strings(fh, chunk.slice(lo, hi - lo))
+            n += len(chunk)
     return n
 
 
@@ -130,12 +139,11 @@ def build_bm25_index(
     log.info("analysis: %s", analysis.describe())
     expected = schemas.count_rows(corpus)
 
-    def records() -> Iterator[dict[str, object]]:
+    def chunks() -> Iterator[pa.Array]:
         for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
             docids = batch.column("docid").to_pylist()
             texts = analysis.prepare_documents(batch.column("contents").to_pylist())
-            for docid, text in zip(docids, texts, strict=True):
-                yield {"id": docid, "contents": text}
+            yield json_lines({"id": d, "contents": t} for d, t in zip(docids, texts, strict=True))
 
     def args(inp: Path, index: Path) -> list[str]:
         return [
@@ -145,7 +153,7 @@ def build_bm25_index(
         ]  # fmt: skip
 
     def write(folder: Path) -> int:
-        return _write_collection(records(), folder, threads)
+        return _write_collection(chunks(), folder, threads)
 
     def describe(index: Path) -> None:
         (index / ANALYSIS_FILE).write_text(json.dumps({"language": language, "mode": analysis.mode}), encoding="utf-8")
@@ -154,16 +162,17 @@ def build_bm25_index(
 
 
 def build_impact_index(
-    records: Callable[[], Iterator[tuple[str, dict[str, int]]]],
+    chunks: Callable[[], Iterator[pa.Array]],
     expected: int | None,
     output: str | os.PathLike[str],
     threads: int = 1,
     log_path: str | os.PathLike[str] | None = None,
     heap: str = "4g",
 ) -> IndexResult:
-    """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index.
+    """Index integer term weights as a Lucene impact index, from chunks of ``JsonVectorCollection``
+    lines (``{"id": ..., "vector": {term: weight}}`` and a newline each, as string arrays).
 
-    The index must hold ``expected`` documents, or as many as ``records`` yields when ``None``.
+    The index must hold ``expected`` documents, or as many lines as ``chunks`` yields when ``None``.
     """
 
     def args(inp: Path, index: Path) -> list[str]:
@@ -173,11 +182,4 @@ def build_impact_index(
             "-impact", "-pretokenized",
         ]  # fmt: skip
 
-    return _build(
-        output,
-        expected,
-        lambda d: _write_collection(({"id": i, "vector": v} for i, v in records()), d, threads),
-        args,
-        log_path,
-        heap,
-    )
+    return _build(output, expected, lambda d: _write_collection(chunks(), d, threads), args, log_path, heap)
