@@ -13,12 +13,13 @@ import logging
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import schemas
 from .analysis import Analysis, analysis_for
@@ -46,9 +47,17 @@ class IndexResult:
     seconds: float
 
 
-def json_lines(records: Iterable[dict[str, object]]) -> pa.Array:
-    """JSONL lines (each ending with a newline) of JSON records, as a string array."""
-    return pa.array([json.dumps(r, ensure_ascii=False) + "\n" for r in records], pa.string())
+def json_strings(values: pa.Array) -> pa.Array:
+    """JSON string literals of a string array, as ``json.dumps(value, ensure_ascii=False)`` writes
+    each: quoted, with backslashes and quotes escaped column-wise (a value with a control character,
+    rare, is escaped by :func:`json.dumps` itself)."""
+    out = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    control = pc.match_substring_regex(values, r"[\x00-\x1f]")
+    if pc.any(control).as_py():
+        escaped = [json.dumps(v, ensure_ascii=False)[1:-1] if c else None for v, c in zip(
+            values.to_pylist(), control.to_pylist(), strict=True)]  # fmt: skip
+        out = pc.if_else(control, pa.array(escaped, pa.string()), out)
+    return pc.binary_join_element_wise('"', out, '"', "")
 
 
 def _write_collection(chunks: Iterator[pa.Array], folder: Path, files: int) -> int:
@@ -141,9 +150,9 @@ def build_bm25_index(
 
     def chunks() -> Iterator[pa.Array]:
         for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
-            docids = batch.column("docid").to_pylist()
-            texts = analysis.prepare_documents(batch.column("contents").to_pylist())
-            yield json_lines({"id": d, "contents": t} for d, t in zip(docids, texts, strict=True))
+            ids = json_strings(batch.column("docid"))
+            contents = json_strings(analysis.prepare_document_array(batch.column("contents")))
+            yield pc.binary_join_element_wise('{"id": ', ids, ', "contents": ', contents, "}\n", "")
 
     def args(inp: Path, index: Path) -> list[str]:
         return [

@@ -23,7 +23,6 @@ Two details of pyserini/Anserini that this module works around:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,7 +35,7 @@ import pyarrow.parquet as pq
 
 from . import retrieval, schemas
 from .errors import InputError
-from .indexing import IndexResult, build_impact_index
+from .indexing import IndexResult, build_impact_index, json_strings
 from .retrieval import impact_search
 
 log = logging.getLogger(__name__)
@@ -204,8 +203,8 @@ def _impact_lines(batch: SparseBatch, factor: float, rounding: str) -> pa.Array:
     )
     offsets = pa.array(np.r_[0, np.cumsum(counts[counts > 0])], pa.int32())
     vectors = pc.binary_join(pa.ListArray.from_arrays(offsets, entries), ", ")
-    ids = [json.dumps(d, ensure_ascii=False) for d in batch.ids.filter(pa.array(counts > 0)).to_pylist()]
-    return pc.binary_join_element_wise('{"id": ', pa.array(ids, pa.string()), ', "vector": {', vectors, "}}\n", "")
+    ids = json_strings(batch.ids.filter(pa.array(counts > 0)))
+    return pc.binary_join_element_wise('{"id": ', ids, ', "vector": {', vectors, "}}\n", "")
 
 
 def query_string(weights: dict[int, float], factor: float = FACTOR, rounding: str = "ceil") -> str:
