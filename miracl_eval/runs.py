@@ -40,11 +40,12 @@ def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None
 
 
 def trec_lines(table: pa.Table, tag: str) -> pa.Array:
-    """TREC run lines ``qid Q0 docid rank score tag`` (each with its newline) as a string array;
-    scores are written exactly (Python's round-trip ``repr``), the rest is joined column-wise."""
+    """TREC run lines ``qid Q0 docid rank score tag`` (each with its newline) as a string array,
+    joined column-wise. Scores are written exactly: the shortest digits that read back as the same
+    float64 (Arrow's formatting, so an integral score is ``64``, not ``64.0``)."""
     if any(c.isspace() for c in tag) or not tag:
         raise ValueError(f"run tag {tag!r} must be a non-empty word")
-    scores = pa.array(list(map(float.__repr__, table.column("score").to_pylist())), pa.string())
+    scores = pc.cast(table.column("score"), pa.string())
     ranks = pc.cast(table.column("rank"), pa.string())
     parts = [table.column("qid"), " Q0 ", table.column("docid"), " ", ranks, " ", scores, f" {tag}\n"]
     return pc.binary_join_element_wise(
