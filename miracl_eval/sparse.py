@@ -162,7 +162,8 @@ def _validate(
     if len(tokens) and tokens.min() < 0:
         r = int(rows[np.argmax(tokens < 0)])
         raise InputError(path, f"record {row0 + r + 1} ({ids[r]}): negative token id")
-    if len(tokens) > 1:
+    # Rows whose tokens ascend strictly (as the encoders write them) repeat none; others are sorted.
+    if len(tokens) > 1 and not (tokens[1:] > tokens[:-1])[rows[1:] == rows[:-1]].all():
         keys = np.sort((rows.astype(np.int64) << 32) | tokens.astype(np.int64))  # (row, token), one int each
         dup = np.flatnonzero(keys[1:] == keys[:-1])
         if len(dup):

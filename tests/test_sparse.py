@@ -171,6 +171,10 @@ def test_load_sparse_roundtrip(collection) -> None:
             {"docid": ["a", "b"], "token_ids": [[1], [2, 2]], "weights": [[0.1], [0.1, 0.2]]},
             "record 2 .b.: a token id occurs twice",
         ),
+        (
+            {"docid": ["a", "b"], "token_ids": [[3, 1], [5, 1, 5]], "weights": [[0.1, 0.1], [0.1, 0.2, 0.3]]},
+            "record 2 .b.: a token id occurs twice",
+        ),
         ({"docid": ["a"], "token_ids": [[1]], "weights": [[-0.1]]}, "record 1 .a.: negative"),
         ({"docid": ["a"], "token_ids": [[1]], "weights": [[float("nan")]]}, "non-finite"),
         (
