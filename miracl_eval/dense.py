@@ -313,6 +313,29 @@ def rank_table(
 # --------------------------------------------------------------------------- search
 
 
+def _hits_table(qids: pa.Array, scores: np.ndarray, labels: np.ndarray, docids: pa.Array, k: int) -> pa.Table:
+    """The run rows of a batch of Faiss results (``(queries, k)`` scores and labels, -1 for none).
+
+    Faiss returns each query's hits by score, descending. When every query has ``k`` hits and no two
+    of them tie, that already is :func:`rank_table`'s order, and the table is assembled as it is;
+    otherwise :func:`rank_table` sorts (ties by docid).
+    """
+    valid = labels >= 0
+    if not (valid.all() and (scores[:, 1:] < scores[:, :-1]).all()):
+        qpos = np.nonzero(valid)[0]
+        return rank_table(qids, qpos, docids.take(pa.array(labels[valid], pa.int64())), scores[valid], depth=k)
+    n, width = labels.shape
+    return pa.table(
+        {
+            "qid": qids.take(pa.array(np.repeat(np.arange(n), width))),
+            "docid": docids.take(pa.array(labels.ravel(), pa.int64())),
+            "rank": pa.array(np.tile(np.arange(1, width + 1, dtype=np.int32), n)),
+            "score": pa.array(scores.ravel().astype(np.float64)),
+        },
+        schema=schemas.RUN,
+    )
+
+
 def _read_docids(path: PathLike) -> pa.Array:
     table = schemas.read_table(path, DOCIDS)
     docids = table.column("docid").combine_chunks()
@@ -400,10 +423,7 @@ def dense_search(
             if len(qids) == 0:
                 continue
             scores, labels = searcher.search(np.ascontiguousarray(vecs, dtype=np.float32), k)
-            valid = labels >= 0
-            qpos = np.nonzero(valid)[0]
-            hit_docids = docids.take(pa.array(labels[valid], pa.int64()))
-            writer.write(rank_table(qids, qpos, hit_docids, scores[valid], depth=k))
+            writer.write(_hits_table(qids, scores, labels, docids, k))
             n += len(qids)
     log.info("dense search: %d queries -> %s", n, run_parquet)
     return n

@@ -16,10 +16,12 @@ and passage ids live in separate lookups, so a qid equal to a docid is never dro
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +31,7 @@ from . import schemas
 from .dense import iter_vector_batches, rank_table
 from .errors import InputError, MiraclEvalError
 from .runs import read_run, write_run
-from .sparse import iter_sparse_batches
+from .sparse import SparseBatch, iter_sparse_batches
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +246,67 @@ class SparseLookup(_IdLookup):
         return dict(zip(self.tokens[lo:hi].tolist(), self.weights[lo:hi].tolist(), strict=True))
 
 
+class _Shards(abc.ABC):
+    """Passage representations left in their shards and read batch by batch while scoring, so that a
+    query chunk whose candidates name most of the corpus never holds the corpus's vectors (MessIRve:
+    14M passages, 57 GB of float32 vectors); only the ids are read whole (tens of bytes a passage)."""
+
+    def __init__(self, paths: PathLike | Sequence[PathLike]) -> None:
+        self.paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+
+    def rows(self, component: str, docids: pa.ChunkedArray) -> np.ndarray:
+        """Row of each docid in the shards' concatenation; a docid stored nowhere is an error."""
+        batches = [b.column("docid") for p in self.paths for b in schemas.iter_batches(p, columns=["docid"])]
+        ids = pa.concat_arrays(batches) if batches else pa.array([], pa.string())
+        if ids.null_count:
+            raise InputError(self.paths[0], f"{ids.null_count} null docid(s) in the shards")
+        _check_unique(ids, ", ".join(map(str, self.paths[:3])) + (", ..." if len(self.paths) > 3 else ""))
+        rows = _rows(docids, ids)
+        absent = np.flatnonzero(rows < 0)
+        if len(absent):
+            example = docids[int(absent[0])].as_py()
+            n = len(pc.unique(docids.take(pa.array(absent))))
+            raise MissingComponentError(f"{component}: no passage for {n} passage-id(s), e.g. {example!r}")
+        return rows
+
+    @abc.abstractmethod
+    def _batches(self) -> Iterator[tuple[int, Any]]:
+        """``(row of the batch's first passage, batch)`` of every batch of the shards, in order."""
+
+    def scatter(self, rows: np.ndarray, score: Callable[[np.ndarray, np.ndarray, Any], np.ndarray]) -> np.ndarray:
+        """``out[i] = score(pair indices, their rows in the batch, batch)`` over every batch of the
+        shards, each batch read once; ``rows`` from :meth:`rows`."""
+        out = np.empty(len(rows), dtype=np.float64)
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        for start, batch in self._batches():
+            lo, hi = np.searchsorted(ordered, [start, start + len(batch)])
+            if hi > lo:
+                idx = order[lo:hi]
+                out[idx] = score(idx, ordered[lo:hi] - start, batch)
+        return out
+
+
+class VectorShards(_Shards):
+    """Passage vectors in their shards (``(docid, vector)`` Parquet), for :func:`dense_scores`."""
+
+    def _batches(self) -> Iterator[tuple[int, np.ndarray]]:
+        start = 0
+        for _, vectors in iter_vector_batches(self.paths, key="docid", dtype=None):
+            yield start, vectors
+            start += len(vectors)
+
+
+class WeightShards(_Shards):
+    """Passage lexical weights in their shards (``schemas.SPARSE`` Parquet), for :func:`sparse_scores`."""
+
+    def _batches(self) -> Iterator[tuple[int, SparseBatch]]:
+        start = 0
+        for batch in iter_sparse_batches(self.paths, key="docid"):
+            yield start, batch
+            start += len(batch)
+
+
 # --------------------------------------------------------------------------- scores
 
 
@@ -264,41 +327,76 @@ def _lookup_rows(component: str, what: str, ids: pa.ChunkedArray, lookup: Vector
     return rows
 
 
-def dense_scores(
-    pairs: pa.Table, query_vectors: VectorLookup, passage_vectors: VectorLookup, chunk: int = SCORE_CHUNK
-) -> np.ndarray:
-    """Exact inner products (float64) of the stored query and passage vectors of each pair."""
-    pairs = _pairs(pairs)
-    if query_vectors.vectors.shape[1] != passage_vectors.vectors.shape[1] and len(pairs):
+def _dots(queries: np.ndarray, qrows: np.ndarray, passages: np.ndarray, prows: np.ndarray) -> np.ndarray:
+    """``queries[qrows[i]] . passages[prows[i]]`` in float64, :data:`SCORE_CHUNK` pairs at a time."""
+    if queries.shape[1] != passages.shape[1] and len(qrows):
         raise MiraclEvalError(
-            f"dense: query vectors have dimension {query_vectors.vectors.shape[1]}, "
-            f"passage vectors {passage_vectors.vectors.shape[1]}"
+            f"dense: query vectors have dimension {queries.shape[1]}, passage vectors {passages.shape[1]}"
         )
-    qrows = _lookup_rows("dense", "query", pairs.column("qid"), query_vectors)
-    prows = _lookup_rows("dense", "passage", pairs.column("docid"), passage_vectors)
-    out = np.empty(len(pairs), dtype=np.float64)
-    for lo in range(0, len(pairs), chunk):
-        q = query_vectors.vectors[qrows[lo : lo + chunk]].astype(np.float64)
-        p = passage_vectors.vectors[prows[lo : lo + chunk]].astype(np.float64)
-        out[lo : lo + chunk] = np.einsum("ij,ij->i", q, p)
+    out = np.empty(len(qrows), dtype=np.float64)
+    for lo in range(0, len(qrows), SCORE_CHUNK):
+        q = queries[qrows[lo : lo + SCORE_CHUNK]].astype(np.float64)
+        p = passages[prows[lo : lo + SCORE_CHUNK]].astype(np.float64)
+        out[lo : lo + SCORE_CHUNK] = np.einsum("ij,ij->i", q, p)
     return out
 
 
-def sparse_scores(pairs: pa.Table, query_weights: SparseLookup, passage_weights: SparseLookup) -> np.ndarray:
+def dense_scores(
+    pairs: pa.Table, query_vectors: VectorLookup, passage_vectors: VectorLookup | VectorShards
+) -> np.ndarray:
+    """Exact inner products (float64) of the stored query and passage vectors of each pair.
+
+    ``passage_vectors`` held in memory (:class:`VectorLookup`) or read from their shards batch by
+    batch (:class:`VectorShards`): the same scores, bit for bit.
+    """
+    pairs = _pairs(pairs)
+    qrows = _lookup_rows("dense", "query", pairs.column("qid"), query_vectors)
+    q = query_vectors.vectors
+    if isinstance(passage_vectors, VectorShards):
+        prows = passage_vectors.rows("dense", pairs.column("docid"))
+        return passage_vectors.scatter(prows, lambda idx, rows, batch: _dots(q, qrows[idx], batch, rows))
+    prows = _lookup_rows("dense", "passage", pairs.column("docid"), passage_vectors)
+    return _dots(q, qrows, passage_vectors.vectors, prows)
+
+
+def sparse_scores(
+    pairs: pa.Table, query_weights: SparseLookup, passage_weights: SparseLookup | WeightShards
+) -> np.ndarray:
     """Exact float dot products (float64) of the query and passage lexical weights of each pair.
 
     A passage stored with no weights scores 0; a passage (or query) that is not stored at
-    all is a :class:`MissingComponentError`. Works query by query: the query's weights are
-    scattered into a dense vocabulary-sized vector, and the candidates' tokens gather from it.
+    all is a :class:`MissingComponentError`. ``passage_weights`` held in memory
+    (:class:`SparseLookup`) or read from their shards batch by batch (:class:`WeightShards`).
     """
     pairs = _pairs(pairs)
     qrows = _lookup_rows("sparse", "query", pairs.column("qid"), query_weights)
+    if isinstance(passage_weights, WeightShards):
+        prows = passage_weights.rows("sparse", pairs.column("docid"))
+        return passage_weights.scatter(
+            prows, lambda idx, rows, b: _sparse_dots(query_weights, qrows[idx], b.indptr, b.tokens, b.weights, rows)
+        )
     prows = _lookup_rows("sparse", "passage", pairs.column("docid"), passage_weights)
-    out = np.zeros(len(pairs), dtype=np.float64)
-    if not len(pairs):
+    p = passage_weights
+    return _sparse_dots(query_weights, qrows, p.indptr, p.tokens, p.weights, prows)
+
+
+def _sparse_dots(
+    query_weights: SparseLookup,
+    qrows: np.ndarray,
+    indptr: np.ndarray,
+    tokens: np.ndarray,
+    weights: np.ndarray,
+    prows: np.ndarray,
+) -> np.ndarray:
+    """Dot products of query rows and passage rows (CSR ``indptr``, ``tokens``, ``weights``), query by
+    query: the query's weights are scattered into a dense vocabulary-sized vector, and the
+    candidates' tokens gather from it."""
+    out = np.zeros(len(qrows), dtype=np.float64)
+    if not len(qrows):
         return out
-    qdense = np.zeros(max(query_weights.vocab, passage_weights.vocab), dtype=np.float64)
-    plens = np.diff(passage_weights.indptr)
+    vocab = int(tokens.max()) + 1 if len(tokens) else 0
+    qdense = np.zeros(max(query_weights.vocab, vocab), dtype=np.float64)
+    plens = np.diff(indptr)
     order = np.argsort(qrows, kind="stable")
     sorted_q = qrows[order]
     bounds = np.r_[0, np.flatnonzero(np.diff(sorted_q)) + 1, len(order)]
@@ -312,8 +410,8 @@ def sparse_scores(pairs: pa.Table, query_weights: SparseLookup, passage_weights:
         idx = order[s:e]
         pr = prows[idx]
         lens = plens[pr]
-        flat = _flat_positions(passage_weights.indptr[pr], lens)
-        prod = qdense[passage_weights.tokens[flat]] * passage_weights.weights[flat].astype(np.float64)
+        flat = _flat_positions(indptr[pr], lens)
+        prod = qdense[tokens[flat]] * weights[flat].astype(np.float64)
         out[idx] = np.bincount(np.repeat(np.arange(len(idx)), lens), weights=prod, minlength=len(idx))
         qdense[qtok] = 0.0
     return out
@@ -332,9 +430,9 @@ def score_components(
     pairs: pa.Table,
     *,
     query_vectors: VectorLookup | None = None,
-    passage_vectors: VectorLookup | None = None,
+    passage_vectors: VectorLookup | VectorShards | None = None,
     query_weights: SparseLookup | None = None,
-    passage_weights: SparseLookup | None = None,
+    passage_weights: SparseLookup | WeightShards | None = None,
     multivec: Callable[[pa.Table], np.ndarray] | None = None,
 ) -> pa.Table:
     """The ``COMPONENTS`` table of ``pairs``: each component whose inputs are given, else null."""
@@ -416,6 +514,13 @@ def fuse(components: pa.Table, weights: Mapping[str, float], depth: int | None =
     return rank_table(qids, qpos, pairs.column("docid").combine_chunks(), scores, depth=depth)
 
 
+def components_schema(weights: Mapping[str, float]) -> pa.Schema:
+    """:data:`COMPONENTS` with the fusion weights in its metadata (``miracl_eval.weights``)."""
+    return COMPONENTS.with_metadata(
+        {b"miracl_eval.weights": json.dumps({k: float(v) for k, v in weights.items()}).encode()}
+    )
+
+
 def write_fusion(
     components: pa.Table,
     weights: Mapping[str, float],
@@ -430,8 +535,7 @@ def write_fusion(
     The component Parquet records the weights in its schema metadata (``miracl_eval.weights``).
     """
     run = fuse(components, weights, depth=depth)
-    meta = {b"miracl_eval.weights": json.dumps({k: float(v) for k, v in weights.items()}).encode()}
-    schemas.write_table(components, components_parquet, COMPONENTS.with_metadata(meta))
+    schemas.write_table(components, components_parquet, components_schema(weights))
     write_run(run, run_parquet, run_trec, tag)
     log.info("fused %d candidates with %s -> %s", len(components), dict(weights), run_parquet)
     return run
@@ -445,7 +549,10 @@ __all__ = [
     "MissingComponentError",
     "SparseLookup",
     "VectorLookup",
+    "VectorShards",
+    "WeightShards",
     "candidate_union",
+    "components_schema",
     "components_table",
     "dense_candidates",
     "dense_scores",

@@ -22,6 +22,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from . import schemas
 from .analysis import Analysis, analysis_for
 from .atomic import atomic_output, scratch_dir
@@ -48,15 +51,30 @@ class IndexResult:
     seconds: float
 
 
-def _write_collection(records: Iterator[dict[str, object]], folder: Path, files: int) -> int:
-    """Spread JSON records round-robin over ``files`` JSONL files (Anserini reads one per thread)."""
+def json_strings(values: pa.Array) -> pa.Array:
+    """JSON string literals of a string array, as ``json.dumps(value, ensure_ascii=False)`` writes
+    each: quoted, with backslashes and quotes escaped column-wise (a value with a control character,
+    rare, is escaped by :func:`json.dumps` itself)."""
+    out = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    control = pc.match_substring_regex(values, r"[\x00-\x1f]")
+    if pc.any(control).as_py():
+        escaped = [json.dumps(v, ensure_ascii=False)[1:-1] if c else None for v, c in zip(
+            values.to_pylist(), control.to_pylist(), strict=True)]  # fmt: skip
+        out = pc.if_else(control, pa.array(escaped, pa.string()), out)
+    return pc.binary_join_element_wise('"', out, '"', "")
+
+
+def _write_collection(chunks: Iterator[pa.Array], folder: Path, files: int) -> int:
+    """Write chunks of JSONL lines (string arrays, each line ending with a newline) to ``files`` JSONL
+    files, each chunk split evenly over them (Anserini reads one file per thread). Returns #lines."""
     n = 0
     with ExitStack() as stack:
-        handles = [
-            stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8")) for i in range(files)
-        ]
-        for n, record in enumerate(records, start=1):
-            handles[n % files].write(json.dumps(record, ensure_ascii=False) + "\n")
+        handles = [stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "wb")) for i in range(files)]
+        for chunk in chunks:
+            cuts = [len(chunk) * i // files for i in range(files + 1)]
+            for fh, lo, hi in zip(handles, cuts[:-1], cuts[1:], strict=True):
+                schemas.write_strings(fh, chunk.slice(lo, hi - lo))
+            n += len(chunk)
     return n
 
 
@@ -103,9 +121,9 @@ def _build(
 
 
 ANALYSIS_FILE = "miracl-eval-analysis.json"
-#: what Java's String.trim() removes (code points up to U+0020): Anserini skips a document
-#: whose contents trim to nothing
-JAVA_TRIM = "".join(map(chr, range(0x21)))
+#: a text that Java's String.trim() empties (code points up to U+0020 only), as an RE2 pattern:
+#: Anserini skips such a document
+JAVA_BLANK = r"^[\x00-\x20]*$"
 
 
 def index_analysis(index: str | os.PathLike[str]) -> Analysis:
@@ -135,15 +153,17 @@ def build_bm25_index(
     log.info("analysis: %s", analysis.describe())
     empty: list[str] = []
 
-    def records() -> Iterator[dict[str, object]]:
+    def chunks() -> Iterator[pa.Array]:
         for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
-            docids = batch.column("docid").to_pylist()
-            texts = analysis.prepare_documents(batch.column("contents").to_pylist())
-            for docid, text in zip(docids, texts, strict=True):
-                if text.strip(JAVA_TRIM):
-                    yield {"id": docid, "contents": text}
-                else:
-                    empty.append(docid)
+            docids = batch.column("docid")
+            contents = analysis.prepare_document_array(batch.column("contents"))
+            blank = pc.match_substring_regex(contents, JAVA_BLANK)
+            if pc.any(blank).as_py():
+                empty.extend(pc.filter(docids, blank).to_pylist())
+                keep = pc.invert(blank)
+                docids, contents = pc.filter(docids, keep), pc.filter(contents, keep)
+            ids, texts = json_strings(docids), json_strings(contents)
+            yield pc.binary_join_element_wise('{"id": ', ids, ', "contents": ', texts, "}\n", "")
 
     def args(inp: Path, index: Path) -> list[str]:
         return [
@@ -153,7 +173,7 @@ def build_bm25_index(
         ]  # fmt: skip
 
     def write(folder: Path) -> int:
-        written = _write_collection(records(), folder, threads)
+        written = _write_collection(chunks(), folder, threads)
         if empty:
             log.warning(
                 "%d of %d passages are empty after analysis and are not indexed (BM25 cannot retrieve them), "
@@ -170,15 +190,16 @@ def build_bm25_index(
 
 
 def build_impact_index(
-    records: Callable[[], Iterator[tuple[str, dict[str, int]]]],
+    chunks: Callable[[], Iterator[pa.Array]],
     output: str | os.PathLike[str],
     threads: int = 1,
     log_path: str | os.PathLike[str] | None = None,
     heap: str = "4g",
 ) -> IndexResult:
-    """Index integer term weights (``{term: weight}`` per document) as a Lucene impact index.
+    """Index integer term weights as a Lucene impact index, from chunks of ``JsonVectorCollection``
+    lines (``{"id": ..., "vector": {term: weight}}`` and a newline each, as string arrays).
 
-    The index must hold as many documents as ``records`` yields.
+    The index must hold as many documents as ``chunks`` yields lines.
     """
 
     def args(inp: Path, index: Path) -> list[str]:
@@ -188,10 +209,4 @@ def build_impact_index(
             "-impact", "-pretokenized",
         ]  # fmt: skip
 
-    return _build(
-        output,
-        lambda d: _write_collection(({"id": i, "vector": v} for i, v in records()), d, threads),
-        args,
-        log_path,
-        heap,
-    )
+    return _build(output, lambda d: _write_collection(chunks(), d, threads), args, log_path, heap)

@@ -34,7 +34,10 @@ def java_executable() -> str:
 def ensure_jvm(max_heap: str | None = None) -> None:
     """Point pyjnius at Java 21 and filter the incubator option out of pyserini's JVM options.
 
-    Must run before anything imports ``pyserini`` modules that start the JVM. Idempotent.
+    ``max_heap`` (e.g. ``1233m``) is the JVM's ``-Xmx``; ``$MIRACL_EVAL_JAVA_HEAP``, when set,
+    overrides it. Without either, Java's default applies: a quarter of the machine's memory, or of
+    the job's memory limit under a container or SLURM cgroup. Must run before anything imports
+    ``pyserini`` modules that start the JVM. Idempotent: the first call's heap holds.
     """
     global _configured
     if _configured:
@@ -49,7 +52,7 @@ def ensure_jvm(max_heap: str | None = None) -> None:
             original(*[o for o in opts if _DROPPED not in o])
 
         jnius_config.add_options = add_options  # type: ignore[assignment]
-        heap = max_heap or os.environ.get("MIRACL_EVAL_JAVA_HEAP")
+        heap = os.environ.get("MIRACL_EVAL_JAVA_HEAP") or max_heap
         if heap:
             original(f"-Xmx{heap}")
     _configured = True

@@ -23,16 +23,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schemas
+from .errors import InputError
 from .fusion import (
     COMPONENTS,
     PAIRS,
     SparseLookup,
     VectorLookup,
+    VectorShards,
+    WeightShards,
     candidate_union,
+    components_schema,
     dense_candidates,
+    fuse,
     score_components,
-    write_fusion,
 )
+from .runs import RunWriter
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +102,9 @@ def score_candidates(
     return score_components(
         pairs,
         query_vectors=VectorLookup.from_parquet(query_dense, needed=qids, key="qid"),
-        passage_vectors=VectorLookup.from_parquet(list(passage_dense), needed=docids, key="docid"),
+        passage_vectors=VectorShards(passage_dense),
         query_weights=SparseLookup.from_parquet(query_sparse, needed=qids, key="qid"),
-        passage_weights=SparseLookup.from_parquet(list(passage_sparse), needed=docids, key="docid"),
+        passage_weights=WeightShards(passage_sparse),
         multivec=scorer,
     )
 
@@ -190,11 +195,28 @@ def fuse_stage(
     tag: str,
     depth: int | None,
 ) -> int:
-    """Stage: weighted sum of component scores (one or several chunk files) to a run."""
-    tables = [schemas.read_table(p, COMPONENTS) for p in components]
-    table = pa.concat_tables(tables) if tables else COMPONENTS.empty_table()
-    write_fusion(table, weights, run_parquet, run_trec, components_out, tag=tag, depth=depth)
-    return len(table)
+    """Stage: weighted sum of component scores (one or several query-chunk files) to a run.
+
+    The chunks are fused one at a time (a chunk holds whole queries, each query in one chunk), so the
+    stage holds one chunk's candidates; the run and the components are streamed to their files.
+    """
+    seen: set[str] = set()
+    n = 0
+    with (
+        RunWriter(run_parquet, run_trec, tag) as run,
+        schemas.StreamWriter(components_out, components_schema(weights)) as kept,
+    ):
+        for path in components:
+            table = schemas.read_table(path, COMPONENTS)
+            qids = set(pc.unique(table.column("qid")).to_pylist())
+            if qids & seen:
+                raise InputError(path, f"query {min(qids & seen)!r} is also in an earlier chunk")
+            seen |= qids
+            run.write(fuse(table, weights, depth=depth))
+            kept.write(table)
+            n += len(table)
+    log.info("fused %d candidates of %d chunk(s) with %s -> %s", n, len(components), dict(weights), run_parquet)
+    return n
 
 
 __all__ = [

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import schemas
 from .atomic import atomic_output
@@ -40,20 +41,22 @@ def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None
     return pa.table(cols, schema=schemas.RUN)
 
 
-def format_trec(table: pa.Table, tag: str) -> Iterable[str]:
-    """TREC run lines ``qid Q0 docid rank score tag``; scores are written exactly (round-trip)."""
+def trec_lines(table: pa.Table, tag: str) -> pa.Array:
+    """TREC run lines ``qid Q0 docid rank score tag`` (each with its newline) as a string array,
+    joined column-wise. Scores are written exactly: the shortest digits that read back as the same
+    float64 (Arrow's formatting, so an integral score is ``64``, not ``64.0``)."""
     if any(c.isspace() for c in tag) or not tag:
         raise ValueError(f"run tag {tag!r} must be a non-empty word")
     for column, what in (("qid", "query id"), ("docid", "docid")):
         bad = first_bad_id(table.column(column))
         if bad is not None:
             raise ValueError(f"{what} {bad!r} {id_problem(bad)} (a TREC line cannot hold it)")
-    qids = table.column("qid").to_pylist()
-    docids = table.column("docid").to_pylist()
-    ranks = table.column("rank").to_pylist()
-    scores = table.column("score").to_pylist()
-    for qid, docid, rank, score in zip(qids, docids, ranks, scores, strict=True):
-        yield f"{qid} Q0 {docid} {rank} {score!r} {tag}\n"
+    scores = pc.cast(table.column("score"), pa.string())
+    ranks = pc.cast(table.column("rank"), pa.string())
+    parts = [table.column("qid"), " Q0 ", table.column("docid"), " ", ranks, " ", scores, f" {tag}\n"]
+    return pc.binary_join_element_wise(
+        *[p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p for p in parts], ""
+    )
 
 
 class RunWriter:
@@ -69,12 +72,12 @@ class RunWriter:
         self.tag = tag
         self._parquet = schemas.StreamWriter(parquet, schema)
         self._trec_ctx = atomic_output(trec)
-        self._fh: TextIO | None = None
+        self._fh: BinaryIO | None = None
 
     def __enter__(self) -> RunWriter:
         self._parquet.__enter__()
         try:
-            self._fh = open(self._trec_ctx.__enter__(), "w", encoding="utf-8")  # noqa: SIM115
+            self._fh = open(self._trec_ctx.__enter__(), "wb")  # noqa: SIM115
         except BaseException:
             self._parquet.__exit__(*sys.exc_info())
             raise
@@ -83,7 +86,7 @@ class RunWriter:
     def write(self, table: pa.Table) -> None:
         assert self._fh is not None
         self._parquet.write(table)
-        self._fh.writelines(format_trec(table, self.tag))
+        schemas.write_strings(self._fh, trec_lines(table, self.tag))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self._fh is not None

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -92,6 +94,16 @@ class StreamWriter:
         assert self._writer is not None
         self._writer.close()
         return bool(self._ctx.__exit__(exc_type, exc, tb))
+
+
+def write_strings(fh: BinaryIO, strings: pa.Array) -> None:
+    """Write the strings of a string array one after another (UTF-8), straight from its data buffer."""
+    if strings.null_count:
+        raise ValueError("cannot write null strings")
+    if not len(strings):
+        return
+    ends = np.frombuffer(strings.buffers()[1], np.int32)[strings.offset : strings.offset + len(strings) + 1]
+    fh.write(memoryview(strings.buffers()[2])[ends[0] : ends[-1]])
 
 
 def _check_schema(path: str | os.PathLike[str], actual: pa.Schema, schema: pa.Schema) -> None:

@@ -30,11 +30,12 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import retrieval, schemas
 from .errors import InputError
-from .indexing import IndexResult, build_impact_index
+from .indexing import IndexResult, build_impact_index, json_strings
 from .retrieval import impact_search
 
 log = logging.getLogger(__name__)
@@ -161,11 +162,12 @@ def _validate(
     if len(tokens) and tokens.min() < 0:
         r = int(rows[np.argmax(tokens < 0)])
         raise InputError(path, f"record {row0 + r + 1} ({ids[r]}): negative token id")
-    if len(tokens) > 1:
-        order = np.lexsort((tokens, rows))
-        dup = (np.diff(rows[order]) == 0) & (np.diff(tokens[order]) == 0)
-        if dup.any():
-            r = int(rows[order][np.argmax(dup)])
+    # Rows whose tokens ascend strictly (as the encoders write them) repeat none; others are sorted.
+    if len(tokens) > 1 and not (tokens[1:] > tokens[:-1])[rows[1:] == rows[:-1]].all():
+        keys = np.sort((rows.astype(np.int64) << 32) | tokens.astype(np.int64))  # (row, token), one int each
+        dup = np.flatnonzero(keys[1:] == keys[:-1])
+        if len(dup):
+            r = int(keys[dup[0]] >> 32)
             raise InputError(path, f"record {row0 + r + 1} ({ids[r]}): a token id occurs twice")
 
 
@@ -187,6 +189,23 @@ def _impact_vectors(batch: SparseBatch, factor: float, rounding: str) -> Iterato
             ident,
             {term(t): q for t, q in zip(batch.tokens[lo:hi].tolist(), impacts[lo:hi].tolist(), strict=True) if q > 0},
         )
+
+
+def _impact_lines(batch: SparseBatch, factor: float, rounding: str) -> pa.Array:
+    """``JsonVectorCollection`` lines of the batch's passages that keep a term after quantization:
+    ``{"id": "...", "vector": {"17": 30, ...}}`` (terms whose impact is 0 dropped, in stored order), as
+    :func:`json.dumps` writes them, built column-wise."""
+    impacts = quantize_array(batch.weights, factor, rounding)
+    rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
+    kept = impacts > 0
+    counts = np.bincount(rows[kept], minlength=len(batch))
+    entries = pc.binary_join_element_wise(
+        '"', pa.array(batch.tokens[kept]).cast(pa.string()), '": ', pa.array(impacts[kept]).cast(pa.string()), ""
+    )
+    offsets = pa.array(np.r_[0, np.cumsum(counts[counts > 0])], pa.int32())
+    vectors = pc.binary_join(pa.ListArray.from_arrays(offsets, entries), ", ")
+    ids = json_strings(batch.ids.filter(pa.array(counts > 0)))
+    return pc.binary_join_element_wise('{"id": ', ids, ', "vector": {', vectors, "}}\n", "")
 
 
 def query_string(weights: dict[int, float], factor: float = FACTOR, rounding: str = "ceil") -> str:
@@ -217,21 +236,20 @@ def build_sparse_index(
     if not shards:
         raise ValueError("no lexical weight shards given")
 
-    def records() -> Iterator[tuple[str, dict[str, int]]]:
-        """The non-empty passages; checked once all are read, before Anserini starts."""
+    def chunks() -> Iterator[pa.Array]:
+        """The non-empty passages' lines; checked once all are read, before Anserini starts."""
         kept = total = 0
         for batch in iter_sparse_batches(shards, key="docid"):
             total += len(batch)
-            for docid, vector in _impact_vectors(batch, factor, rounding):
-                if vector:
-                    kept += 1
-                    yield docid, vector
+            lines = _impact_lines(batch, factor, rounding)
+            kept += len(lines)
+            yield lines
         if kept == 0:
             raise InputError(shards[0], "no passage has a lexical weight that survives quantization")
         if kept < total:
             log.warning("%d of %d passages have no lexical weight after quantization; not indexed", total - kept, total)
 
-    result = build_impact_index(records, index_out, threads=threads, log_path=log_path, heap=heap)
+    result = build_impact_index(chunks, index_out, threads=threads, log_path=log_path, heap=heap)
     log.info("impact index of %d passages -> %s", result.documents, index_out)
     return result
 

@@ -10,12 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import write_vectors, write_weights
 
+from miracl_eval.errors import InputError
 from miracl_eval.fusion import (
     COMPONENTS,
     PAIRS,
     MissingComponentError,
     SparseLookup,
     VectorLookup,
+    VectorShards,
+    WeightShards,
     candidate_union,
     components_table,
     dense_candidates,
@@ -25,6 +28,7 @@ from miracl_eval.fusion import (
     sparse_scores,
     write_fusion,
 )
+from miracl_eval.rerank import fuse_stage
 from miracl_eval.runs import rank_hits, read_run, read_trec
 from miracl_eval.sparse import sparse_dot
 
@@ -167,6 +171,31 @@ def test_missing_representation_is_an_error(stored) -> None:
         sparse_scores(no_query, sq, sp)
 
 
+def test_scores_from_shards_read_batch_by_batch_equal_those_from_memory(stored, tmp_path: Path) -> None:
+    docids = stored["docids"]
+    pairs = pa.table(
+        {"qid": [q for q in stored["qids"] for _ in docids], "docid": docids * len(stored["qids"])}, schema=PAIRS
+    ).take(pa.array(np.random.default_rng(1).permutation(len(docids) * 3)))
+    qv, qw = VectorLookup.from_parquet(stored["qpath"]), SparseLookup.from_parquet(stored["sq"])
+    held = dense_scores(pairs, qv, VectorLookup.from_parquet(stored["pshards"]))
+    streamed = dense_scores(pairs, qv, VectorShards(stored["pshards"]))
+    assert streamed.tobytes() == held.tobytes()  # bit for bit
+    want = [
+        float(stored["qvec"][stored["qids"].index(q)] @ stored["pvec"][docids.index(d)]) for q, d in pairs_of(pairs)
+    ]
+    np.testing.assert_allclose(streamed, want, rtol=1e-12)
+    held = sparse_scores(pairs, qw, SparseLookup.from_parquet(stored["sshards"]))
+    assert sparse_scores(pairs, qw, WeightShards(stored["sshards"])).tobytes() == held.tobytes()
+    missing = pa.table({"qid": ["q0", "q1"], "docid": ["d1", "nowhere"]}, schema=PAIRS)
+    with pytest.raises(MissingComponentError, match="dense: no passage for 1 passage-id.*'nowhere'"):
+        dense_scores(missing, qv, VectorShards(stored["pshards"]))
+    with pytest.raises(MissingComponentError, match="sparse: no passage .*'nowhere'"):
+        sparse_scores(missing, qw, WeightShards(stored["sshards"]))
+    again = write_vectors(tmp_path / "again.parquet", ["d3"], np.ones((1, 8), np.float32), "float16")
+    with pytest.raises(InputError, match="id d3 occurs more than once"):
+        dense_scores(pairs, qv, VectorShards([*stored["pshards"], again]))
+
+
 def test_score_components_and_multivec_callable(stored) -> None:
     pairs = stored["pairs"]
     calls = []
@@ -286,6 +315,25 @@ def test_write_fusion_run_and_components(tmp_path: Path) -> None:
             tmp_path / "g.c.parquet",
         )
     assert not list(tmp_path.glob("g*")) and not list(tmp_path.glob(".g*"))
+
+
+def test_fuse_stage_fuses_chunk_by_chunk_as_the_whole(tmp_path: Path) -> None:
+    comp = components_example()
+    weights = {"dense": 1.0, "sparse": 0.3}
+    whole = write_fusion(comp, weights, tmp_path / "w.parquet", tmp_path / "w.trec", tmp_path / "w.c.parquet", "t", 2)
+    chunks = [tmp_path / "c0.parquet", tmp_path / "c1.parquet"]
+    pq.write_table(comp.slice(0, 3), chunks[0])  # query q2
+    pq.write_table(comp.slice(3), chunks[1])  # query d1
+    assert fuse_stage(chunks, weights, tmp_path / "r.parquet", tmp_path / "r.trec", tmp_path / "c.parquet", "t", 2) == 5
+    assert read_run(tmp_path / "r.parquet").equals(whole)
+    assert (tmp_path / "r.trec").read_bytes() == (tmp_path / "w.trec").read_bytes()
+    kept = pq.read_table(tmp_path / "c.parquet")
+    assert kept.equals(pq.read_table(tmp_path / "w.c.parquet")) and kept.schema.metadata[b"miracl_eval.weights"]
+    with pytest.raises(InputError, match="query 'q2' is also in an earlier chunk"):
+        fuse_stage(
+            [chunks[0], chunks[0]], weights, tmp_path / "x.parquet", tmp_path / "x.trec", tmp_path / "x.c", "t", 2
+        )
+    assert not list(tmp_path.glob("x*")) and not list(tmp_path.glob(".x*"))
 
 
 def test_end_to_end_from_runs(stored, tmp_path: Path) -> None:

@@ -171,6 +171,10 @@ def test_load_sparse_roundtrip(collection) -> None:
             {"docid": ["a", "b"], "token_ids": [[1], [2, 2]], "weights": [[0.1], [0.1, 0.2]]},
             "record 2 .b.: a token id occurs twice",
         ),
+        (
+            {"docid": ["a", "b"], "token_ids": [[3, 1], [5, 1, 5]], "weights": [[0.1, 0.1], [0.1, 0.2, 0.3]]},
+            "record 2 .b.: a token id occurs twice",
+        ),
         ({"docid": ["a"], "token_ids": [[1]], "weights": [[-0.1]]}, "record 1 .a.: negative"),
         ({"docid": ["a"], "token_ids": [[1]], "weights": [[float("nan")]]}, "non-finite"),
         (
@@ -199,3 +203,19 @@ def test_corrupt_shard_and_all_empty(tmp_path: Path) -> None:
     with pytest.raises(MiraclEvalError, match="no passage has a lexical weight"):
         build_sparse_index([empty], tmp_path / "index")
     assert not (tmp_path / "index").exists()
+
+
+def test_collection_lines_are_the_json_of_each_record(tmp_path: Path) -> None:
+    """The column-wise JSONL writers give exactly the lines json.dumps gives, escapes included."""
+    import json
+
+    from miracl_eval.indexing import json_strings
+    from miracl_eval.sparse import _impact_lines, iter_sparse_batches
+
+    tricky = ["plain", 'with "quotes"', "back\\slash", "new\nline\ttab\r", "ctl\x01\x1f", "ünïcødé 漢字 😀", ""]
+    assert json_strings(pa.array(tricky)).to_pylist() == [json.dumps(v, ensure_ascii=False) for v in tricky]
+    vectors = {d: {3: 0.25, 7: 0.001, 9: 0.0} if i % 2 else {} for i, d in enumerate(tricky)}
+    path = write_weights(tmp_path / "w.parquet", vectors)
+    [batch] = iter_sparse_batches(path)
+    want = [json.dumps({"id": d, "vector": {"3": 25, "7": 1}}, ensure_ascii=False) + "\n" for d in tricky[1::2]]
+    assert _impact_lines(batch, 100, "ceil").to_pylist() == want  # empty and all-zero vectors left out

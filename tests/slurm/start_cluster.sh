@@ -54,6 +54,9 @@ kill_daemons() {
     local name pid i left
     local -a pids=()
     while read -r name pid; do
+        # Only if that PID is still our daemon: a daemon that died early may have left its PID to
+        # another process (PIDs are reused quickly on a busy machine).
+        tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name .*$DIR" || continue
         kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     done <"$DIR/pids"
     for ((i = 0; i < 100; i++)); do
