@@ -41,3 +41,25 @@ def test_encode_speed_prints_figures(family, reference):
     for name in ("miracl_eval.encoders", reference):
         assert re.search(rf"{re.escape(name)}\s*:\s*[\d.]+ passages/s \(median\),\s*\d+ tokens/s", out), out
     assert re.search(rf"throughput ratio ours/{reference}: [\d.]+x", out)
+
+
+def test_scale_compares_stages_with_their_engine_and_extrapolates(tmp_path) -> None:
+    """The benchmark's machinery on its Faiss and numpy stages (under a minute; the Lucene stages'
+    parity with pyserini is tested in test_workflow and test_sparse, the full run is in the README)."""
+    stages = ("dense_flat", "search_flat", "rerank_scores")
+    args = ["--sizes", "2500", "5000", "--budget", "0", "--workdir", str(tmp_path), "--stages", *stages[1:]]
+    proc = subprocess.run([sys.executable, "benchmarks/scale.py", *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for stage in stages:  # ours s, direct s, CPU ratio, throughput, at each size
+        assert len(re.findall(rf"^  {stage} +[\d.]+ +[\d.]+ +[\d.]+ .* [\d,]+ \w+/s ", out, re.M)) == 2, stage
+    # both sides agree: the exact search finds the same hits, the rerank scores are numpy's
+    direct = re.findall(r"^  (\w+) +q=1000 +round 1 direct .*?(same_hits|max_diff) ([\d.e+-]+)$", out, re.M)
+    assert [(stage, key) for stage, key, _ in direct] == [
+        ("search_flat", "same_hits"),
+        ("rerank_scores", "max_diff"),
+    ] * 2
+    assert all(float(v) == 1.0 if key == "same_hits" else float(v) < 1e-12 for _, key, v in direct)
+    assert "growth from 2,500 to 5,000 passages" in out and "per query, at 2,500 passages" in out
+    for target in ("MIRACL English: 32,893,221 passages, 799 queries", "MessIRve full: 14,047,759 passages"):
+        assert target in out
