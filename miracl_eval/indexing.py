@@ -14,9 +14,11 @@ import ctypes
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -30,7 +32,6 @@ from .analysis import Analysis, analysis_for
 from .atomic import atomic_output, scratch_dir
 from .errors import InputError, MiraclEvalError
 from .java import java_executable
-from .lucene import count_documents
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,39 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # prctl(PR_SET_PDEATHSIG, SIGKILL)
 
 
-def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[str] | None, heap: str) -> None:
+def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[str] | None, heap: str) -> str:
+    """Run an Anserini program in its own JVM; its output goes to ``log_path`` as it runs (appended),
+    and is returned."""
     cmd = [java_executable(), f"-Xmx{heap}", "-cp", anserini_jar(), main_class, *args]
     log.info("running %s", " ".join(cmd))
     preexec = _die_with_parent if sys.platform == "linux" else None
-    with open(log_path or os.devnull, "a", encoding="utf-8") as out:
+    with ExitStack() as stack:
+        if log_path:
+            out = stack.enter_context(open(log_path, "a+", encoding="utf-8", errors="replace"))
+        else:
+            out = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+        out.flush()
+        start = out.seek(0, os.SEEK_END)
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=preexec)
+        out.seek(start)
+        output = out.read()
     if proc.returncode != 0:
-        where = f"; see {log_path}" if log_path else ""
+        where = f"; see {log_path}" if log_path else f":\n{output[-2000:]}"
         raise MiraclEvalError(f"Anserini {main_class.rsplit('.', 1)[-1]} failed (exit {proc.returncode}){where}")
+    return output
+
+
+#: IndexCollection's final counters (``indexed:  161``, ``errors:  0``, ...), as it logs them
+_COUNTER = re.compile(r"^.* - (indexed|unindexable|empty|skipped|errors): +(\d+)\s*$", re.M)
+
+
+def indexed_counts(output: str) -> dict[str, int]:
+    """IndexCollection's final counters from its output: how many documents it indexed, and how
+    many it found unindexable, empty or skipped, or failed on. Raises when they are missing."""
+    counts = {name: int(value) for name, value in _COUNTER.findall(output)}
+    if "indexed" not in counts:
+        raise MiraclEvalError("Anserini's IndexCollection ended without its final counters ('indexed: N')")
+    return counts
 
 
 def _build(
@@ -108,12 +133,17 @@ def _build(
     out = Path(output)
     with atomic_output(out, directory=True) as index, scratch_dir(out) as collection:
         written = write(collection)
-        run_anserini("io.anserini.index.IndexCollection", args(collection, index), log_path, heap)
-        docs = count_documents(index)
+        output = run_anserini("io.anserini.index.IndexCollection", args(collection, index), log_path, heap)
+        # Anserini's own count of what it added (it logs, but does not fail on, a document it
+        # cannot analyse): no second JVM to open the index and count it
+        counts = indexed_counts(output)
+        docs = counts["indexed"]
         if docs != written:
+            lost = ", ".join(f"{counts[k]} {k}" for k in ("unindexable", "empty", "skipped", "errors") if counts.get(k))
             raise MiraclEvalError(
                 f"the index of {out} holds {docs} documents but {written} were given to Anserini: "
-                f"it skipped documents it could not analyse" + (f" (see {log_path})" if log_path else "")
+                f"it skipped documents it could not analyse ({lost or 'no counter says why'})"
+                + (f"; see {log_path}" if log_path else "")
             )
         if finish is not None:
             finish(index)

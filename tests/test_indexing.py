@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from miracl_eval.indexing import build_bm25_index
+from miracl_eval.errors import MiraclEvalError
+from miracl_eval.indexing import _build, build_bm25_index, indexed_counts
 from miracl_eval.lucene import count_documents
 from miracl_eval.preprocess import build_corpus
 
@@ -24,6 +25,33 @@ def _corpus(tmp_path: Path, passages: dict[str, str]) -> Path:
     out = tmp_path / "corpus.parquet"
     build_corpus([src], out, "{title} {text}")
     return out
+
+
+def test_a_document_anserini_skips_fails_the_index_with_its_counter(tmp_path: Path) -> None:
+    """Anserini only logs a document it leaves out: the job fails, naming the counter that says why."""
+
+    def write(folder: Path) -> int:  # two documents claimed, one of which Anserini skips as empty
+        (folder / "part-000.jsonl").write_text('{"id": "a", "contents": "alpha"}\n{"id": "b", "contents": ""}\n')
+        return 2
+
+    def args(inp: Path, index: Path) -> list[str]:
+        return ["-collection", "JsonCollection", "-input", str(inp), "-index", str(index), "-threads", "1"]
+
+    with pytest.raises(MiraclEvalError, match=r"holds 1 documents but 2 were given to Anserini: .*\(1 empty\)"):
+        _build(tmp_path / "index", write, args, tmp_path / "index.log", "1g")
+    assert not (tmp_path / "index").exists()
+    assert "indexed:" in (tmp_path / "index.log").read_text()
+
+
+def test_indexed_counts_read_the_final_counters() -> None:
+    out = (
+        "2026-12-01 17:17:02,152 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:294) - indexed:   161\n"
+        "2026-12-01 17:17:02,152 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:296) - empty:       2\n"
+        "2026-12-01 17:17:02,153 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:298) - errors:      0\n"
+    )
+    assert indexed_counts(out) == {"indexed": 161, "empty": 2, "errors": 0}
+    with pytest.raises(MiraclEvalError, match="without its final counters"):
+        indexed_counts("Exception in thread main\n")
 
 
 def test_empty_passages_are_counted_and_left_out_of_the_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
