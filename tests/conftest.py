@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -187,3 +188,35 @@ def planned_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
                 jobs[parts[0]] = int(parts[1])
             break
     return jobs
+
+
+# ------------------------------------------------------------------ runs shared by several test modules
+# Each is one real Snakemake run, made once per session; a module that builds more in it (a report,
+# the published table) only adds outputs, and dry runs against it plan from what is there.
+
+#: one language per analysis path: English default, Lucene language analyzers (ar, zh), Anserini's
+#: whitespace mapping (sw), pretokenized (yo) and Thai. `make run` covers all 18 languages.
+BM25_LANGS = ["ar", "en", "sw", "th", "yo", "zh"]
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BM25 on the sample (BM25_LANGS), with relative source paths, in a fresh working directory."""
+    work = tmp_path_factory.mktemp("work")
+    shutil.copytree(SAMPLE / "miracl", work / "data")
+    cfg = sample_config(BM25_LANGS, threads=1, methods=["bm25"])
+    cfg["source"] = {
+        "corpus": "data/{lang}/corpus.jsonl",
+        "topics": "data/{lang}/topics.tsv",
+        "qrels": "data/{lang}/qrels.tsv",
+    }
+    snakemake(work, write_config(work, cfg), "results/miracl_ndcg.tsv")
+    return work
+
+
+@pytest.fixture(scope="session")
+def m3_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every BGE-M3 method on the tiny checkpoint (``m3_config()``): the tables."""
+    work = tmp_path_factory.mktemp("m3")
+    snakemake(work, write_config(work, m3_config()), "results/miracl_ndcg.tsv")
+    return work

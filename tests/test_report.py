@@ -304,18 +304,17 @@ def test_identify_benchmark_prefers_the_most_specific_pattern() -> None:
 
 
 def report_config() -> dict:
-    # one encoding shard and one rerank chunk per language: the fewest jobs
-    return m3_config(LANGS, encoder={"device": "cpu", "shard_size": 200, "batch_size": 8}, query_chunk=50)
+    return m3_config(LANGS)
 
 
 @pytest.fixture(scope="module")
-def sample_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A full run (default target: every report input) and ``snakemake --report report.html``."""
-    work = tmp_path_factory.mktemp("report")
-    cfg = write_config(work, report_config())
-    snakemake(work, cfg)
-    snakemake(work, cfg, args=("--report", str(work / "report.html")))
-    return work
+def sample_report(m3_run: Path) -> Path:
+    """The BGE-M3 run of the tables, then the default target (every report input) and
+    ``snakemake --report report.html``."""
+    cfg = write_config(m3_run, report_config(), "report.yaml")
+    snakemake(m3_run, cfg)
+    snakemake(m3_run, cfg, args=("--report", str(m3_run / "report.html")))
+    return m3_run
 
 
 def embedded(work: Path) -> dict[str, dict]:
@@ -358,7 +357,7 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert [settings[m3 + f"weights.{c}"] for c in ("dense", "sparse", "multivec")] == ["1", "0.3", "1"]
     assert (settings["bm25.k1"], settings["bm25.b"]) == ("0.9", "0.4")
     sw = len((SAMPLE / "miracl/sw/corpus.jsonl").read_text(encoding="utf-8").splitlines())
-    assert settings["encoder.shard_size"] == "200" and settings["sw"] == f"{sw} passages, 1 encoding shard of up to 200"
+    assert settings["encoder.shard_size"] == "60" and settings["sw"] == f"{sw} passages, 3 encoding shards of up to 60"
 
 
 @pytest.mark.workflow
@@ -461,7 +460,7 @@ def test_top_differences_and_stage_costs(sample_report: Path) -> None:
     costs = {r["rule"]: r for r in tsv_dicts(sample_report / "results/miracl_stage_costs.tsv")}
     assert tsv_header(sample_report / "results/miracl_stage_costs.tsv") == list(stage_costs.STAGE_COSTS_COLUMNS)
     jobs = {rule: int(r["jobs"]) for rule, r in costs.items()}
-    assert jobs["evaluate"] == 12 and jobs["tables"] == 1 and jobs["encode_corpus_dense_sparse"] == 2
+    assert jobs["evaluate"] == 12 and jobs["tables"] == 1 and jobs["encode_corpus_dense_sparse"] == 6
     assert jobs["tiny_model"] == 1 and jobs["report_significance"] == 1 and "report_stage_costs" not in jobs
     for r in costs.values():
         assert float(r["total_s"]) >= float(r["max_s"]) > 0 and float(r["max_rss_mb"]) > 0

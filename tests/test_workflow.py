@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import SAMPLE, planned_jobs, sample_config, snakemake, write_config
+from conftest import BM25_LANGS, SAMPLE, planned_jobs, sample_config, snakemake, write_config
 
 from miracl_eval.indexing import index_analysis
 from miracl_eval.published import read_results_table
@@ -17,24 +16,7 @@ from miracl_eval.runs import read_run, read_trec
 pytestmark = pytest.mark.workflow
 
 
-# One language per analysis path: English default, Lucene language analyzers (ar, zh), Anserini's
-# whitespace mapping (sw), pretokenized (yo) and Thai. `make run` covers all 18 languages.
-LANGS = ["ar", "en", "sw", "th", "yo", "zh"]
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample with relative source paths, in a fresh working directory."""
-    work = tmp_path_factory.mktemp("work")
-    shutil.copytree(SAMPLE / "miracl", work / "data")
-    cfg = sample_config(LANGS, threads=1, methods=["bm25"])
-    cfg["source"] = {
-        "corpus": "data/{lang}/corpus.jsonl",
-        "topics": "data/{lang}/topics.tsv",
-        "qrels": "data/{lang}/qrels.tsv",
-    }
-    snakemake(work, write_config(work, cfg), "results/miracl_ndcg.tsv")
-    return work
+LANGS = BM25_LANGS
 
 
 def test_tables_have_bm25_for_every_language_and_the_mean(sample_run: Path) -> None:
