@@ -106,14 +106,14 @@ def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[s
     return output
 
 
-#: IndexCollection's final counters (``indexed:  161``, ``errors:  0``, ...), as it logs them
-_COUNTER = re.compile(r"^.* - (indexed|unindexable|empty|skipped|errors): +(\d+)\s*$", re.M)
+#: IndexCollection's final counters (``indexed:  100,000``, ``errors:  0``, ...), as it logs them
+_COUNTER = re.compile(r"^.* - (indexed|unindexable|empty|skipped|errors): +(\d[\d,]*)\s*$", re.M)
 
 
 def indexed_counts(output: str) -> dict[str, int]:
     """IndexCollection's final counters from its output: how many documents it indexed, and how
     many it found unindexable, empty or skipped, or failed on. Raises when they are missing."""
-    counts = {name: int(value) for name, value in _COUNTER.findall(output)}
+    counts = {name: int(value.replace(",", "")) for name, value in _COUNTER.findall(output)}
     if "indexed" not in counts:
         raise MiraclEvalError("Anserini's IndexCollection ended without its final counters ('indexed: N')")
     return counts

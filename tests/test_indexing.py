@@ -45,11 +45,11 @@ def test_a_document_anserini_skips_fails_the_index_with_its_counter(tmp_path: Pa
 
 def test_indexed_counts_read_the_final_counters() -> None:
     out = (
-        "2026-12-01 17:17:02,152 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:294) - indexed:   161\n"
+        "2026-12-01 17:17:02,152 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:294) - indexed:   1,234,161\n"
         "2026-12-01 17:17:02,152 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:296) - empty:       2\n"
         "2026-12-01 17:17:02,153 INFO  [main] index.AbstractIndexer (AbstractIndexer.java:298) - errors:      0\n"
     )
-    assert indexed_counts(out) == {"indexed": 161, "empty": 2, "errors": 0}
+    assert indexed_counts(out) == {"indexed": 1234161, "empty": 2, "errors": 0}
     with pytest.raises(MiraclEvalError, match="without its final counters"):
         indexed_counts("Exception in thread main\n")
 
