@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,17 +53,29 @@ class IndexResult:
     seconds: float
 
 
-def json_strings(values: pa.Array) -> pa.Array:
+def json_strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """JSON string literals of a string array, as ``json.dumps(value, ensure_ascii=False)`` writes
-    each: quoted, with backslashes and quotes escaped column-wise (a value with a control character,
-    rare, is escaped by :func:`json.dumps` itself)."""
-    out = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
-    control = pc.match_substring_regex(values, r"[\x00-\x1f]")
-    if pc.any(control).as_py():
-        escaped = [json.dumps(v, ensure_ascii=False)[1:-1] if c else None for v, c in zip(
-            values.to_pylist(), control.to_pylist(), strict=True)]  # fmt: skip
-        out = pc.if_else(control, pa.array(escaped, pa.string()), out)
-    return pc.binary_join_element_wise('"', out, '"', "")
+    each. Only the values holding a quote, a backslash or a control character need escaping: they
+    are found in the data buffer at once and escaped by :func:`json.dumps` itself; the others are
+    quoted column-wise."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError("a JSON string cannot be null")
+    wide = pa.types.is_large_string(values.type)
+    offsets = np.frombuffer(values.buffers()[1], np.int64 if wide else np.int32)
+    offsets = offsets[values.offset : values.offset + len(values) + 1]
+    data = values.buffers()[2]
+    raw = np.frombuffer(data, np.uint8)[offsets[0] : offsets[-1]] if data is not None else np.empty(0, np.uint8)
+    special = np.flatnonzero((raw == 0x22) | (raw == 0x5C) | (raw < 0x20))
+    if special.size:
+        rows = np.unique(np.searchsorted(offsets, special + offsets[0], side="right") - 1)
+        mask = np.zeros(len(values), dtype=bool)
+        mask[rows] = True
+        escaped = [json.dumps(v, ensure_ascii=False)[1:-1] for v in values.filter(pa.array(mask)).to_pylist()]
+        values = pc.replace_with_mask(values, pa.array(mask), pa.array(escaped, values.type))
+    quote = pa.scalar('"', values.type)
+    return pc.binary_join_element_wise(quote, values, quote, pa.scalar("", values.type))
 
 
 def _write_collection(chunks: Iterator[pa.Array], folder: Path, files: int) -> int:

@@ -214,6 +214,16 @@ def test_collection_lines_are_the_json_of_each_record(tmp_path: Path) -> None:
 
     tricky = ["plain", 'with "quotes"', "back\\slash", "new\nline\ttab\r", "ctl\x01\x1f", "ünïcødé 漢字 😀", ""]
     assert json_strings(pa.array(tricky)).to_pylist() == [json.dumps(v, ensure_ascii=False) for v in tricky]
+    # slices, chunks, large strings, and arrays with nothing to escape take the same path
+    mixed = [*tricky, "del\x7f", "sep\u2028", "x" * 300] * 3
+    want = [json.dumps(v, ensure_ascii=False) for v in mixed]
+    for values, expected in (
+        (pa.array(mixed).slice(5, 11), want[5:16]),
+        (pa.chunked_array([pa.array(mixed[:4]), pa.array(mixed[4:])]), want),
+        (pa.array(mixed, pa.large_string()), want),
+        (pa.array(["plain", "", "ünï"]).slice(1), ['""', '"ünï"']),
+    ):
+        assert json_strings(values).to_pylist() == expected
     vectors = {d: {3: 0.25, 7: 0.001, 9: 0.0} if i % 2 else {} for i, d in enumerate(tricky)}
     path = write_weights(tmp_path / "w.parquet", vectors)
     [batch] = iter_sparse_batches(path)
