@@ -450,17 +450,20 @@ def _jvm_for_search() -> None:
     autoclass("io.anserini.search.SimpleImpactSearcher")
 
 
-def ours_bm25_search(c: Ctx) -> Prepared:
-    from miracl_eval.retrieval import bm25_search
-
+def _ours_search(c: Ctx, index: str, queries: str, search: Callable) -> Prepared:
     _jvm_for_search()
 
     def work() -> dict:
-        n = bm25_search(c.kept / "bm25", c.queries / "queries.parquet", c.out / "run.parquet", c.out / "run.trec",
-                        k=HITS, threads=c.threads)  # fmt: skip
-        return {"queries": n}
+        out = (c.out / "run.parquet", c.out / "run.trec")
+        return {"queries": search(c.kept / index, c.queries / queries, *out, k=HITS, threads=c.threads)}
 
     return work, None
+
+
+def ours_bm25_search(c: Ctx) -> Prepared:
+    from miracl_eval.retrieval import bm25_search
+
+    return _ours_search(c, "bm25", "queries.parquet", bm25_search)
 
 
 def direct_bm25_search(c: Ctx) -> Prepared:
@@ -484,14 +487,7 @@ def direct_bm25_search(c: Ctx) -> Prepared:
 def ours_impact_search(c: Ctx) -> Prepared:
     from miracl_eval.sparse import sparse_search
 
-    _jvm_for_search()
-
-    def work() -> dict:
-        n = sparse_search(c.kept / "impact", c.queries / "sparse.parquet", c.out / "run.parquet", c.out / "run.trec",
-                          k=HITS, threads=c.threads)  # fmt: skip
-        return {"queries": n}
-
-    return work, None
+    return _ours_search(c, "impact", "sparse.parquet", sparse_search)
 
 
 def direct_impact_search(c: Ctx) -> Prepared:

@@ -261,13 +261,7 @@ class _Shards(abc.ABC):
         if ids.null_count:
             raise InputError(self.paths[0], f"{ids.null_count} null docid(s) in the shards")
         _check_unique(ids, ", ".join(map(str, self.paths[:3])) + (", ..." if len(self.paths) > 3 else ""))
-        rows = _rows(docids, ids)
-        absent = np.flatnonzero(rows < 0)
-        if len(absent):
-            example = docids[int(absent[0])].as_py()
-            n = len(pc.unique(docids.take(pa.array(absent))))
-            raise MissingComponentError(f"{component}: no passage for {n} passage-id(s), e.g. {example!r}")
-        return rows
+        return _found(component, "passage", docids, _rows(docids, ids))
 
     @abc.abstractmethod
     def _batches(self) -> Iterator[tuple[int, Any]]:
@@ -318,7 +312,11 @@ def _pairs(pairs: pa.Table) -> pa.Table:
 
 
 def _lookup_rows(component: str, what: str, ids: pa.ChunkedArray, lookup: VectorLookup | SparseLookup) -> np.ndarray:
-    rows = lookup.rows(ids)
+    return _found(component, what, ids, lookup.rows(ids))
+
+
+def _found(component: str, what: str, ids: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
+    """``rows``, when every id has one (row >= 0); else the error naming how many have none."""
     absent = np.flatnonzero(rows < 0)
     if len(absent):
         example = ids[int(absent[0])].as_py()
