@@ -13,7 +13,12 @@ from miracl_eval.errors import DownloadError
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline as a fresh process with HF_HUB_OFFLINE=1 is: huggingface_hub reads the variable once,
+    at import, which an earlier test may have done (without it, each call waits for the network)."""
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 def test_offline_topics_download_fails_with_one_clear_sentence(tmp_path: Path) -> None:
