@@ -24,6 +24,10 @@ VERSION_SETTING = DATASET.version or config["hub"]["messirve_version"]
 DENSE_INDEX = config["dense_index"]
 # GPU rules ask for a GPU unless the config pins the encoders to the CPU.
 GPU = 0 if ENC["device"] == "cpu" else 1
+# An encoding job on a GPU wants a CPU thread beside its device's; on the CPU, the configured
+# threads (Snakemake sets the job's OMP_NUM_THREADS to them, which torch follows), so that on a
+# small machine two short encoding jobs share the cores rather than queue for all of them.
+ENCODE_THREADS = 2 if GPU else config["threads"]
 
 #: the table rows (bm25, {model}/{method}, hybrids), in the config's order; labels are also paths
 SYSTEMS = systems(config)

@@ -27,7 +27,7 @@ for kinds in OUTPUT_SETS:
             model=with_kinds,
         conda:
             "../envs/encode.yaml"
-        threads: 2
+        threads: ENCODE_THREADS
         resources:
             **request("encode_corpus"),
             gpu=GPU,
@@ -57,7 +57,7 @@ for kinds in OUTPUT_SETS:
             model=with_kinds,
         conda:
             "../envs/encode.yaml"
-        threads: 2
+        threads: ENCODE_THREADS
         resources:
             **request("encode_queries"),
             gpu=GPU,

@@ -53,7 +53,7 @@ rule rerank_components:
         model=M3_MODELS,
     conda:
         "../envs/encode.yaml"
-    threads: 2
+    threads: ENCODE_THREADS
     resources:
         **request("rerank_components"),
         gpu=GPU,
