@@ -466,22 +466,32 @@ def ours_bm25_search(c: Ctx) -> Prepared:
     return _ours_search(c, "bm25", "queries.parquet", bm25_search)
 
 
-def direct_bm25_search(c: Ctx) -> Prepared:
+def _direct_search(c: Ctx, make_searcher: Callable, texts_of: Callable, reference: str) -> Prepared:
+    """pyserini's searcher (from ``make_searcher()``, after a JVM with ours' -Xmx) over the queries,
+    ``batch_search`` of ``texts_of(qids, texts)``, its hits written the plain way."""
     from miracl_eval.java import ensure_jvm
     from miracl_eval.retrieval import search_heap
 
     ensure_jvm(search_heap(HITS))  # the same -Xmx as ours
-    from pyserini.search.lucene import LuceneSearcher
 
     def work() -> dict:
         qids, texts = _topics(c)
-        searcher = LuceneSearcher(str(c.kept / "bm25"))
-        searcher.set_bm25(0.9, 0.4)
-        results = searcher.batch_search(texts, qids, k=HITS, threads=c.threads)
+        results = make_searcher().batch_search(texts_of(qids, texts), qids, k=HITS, threads=c.threads)
         _trec_lines(c.out / "run.trec", qids, {q: [(h.docid, h.score) for h in results.get(q, [])] for q in qids})
         return {"queries": len(qids)}
 
-    return work, lambda: _run_check(c, "bm25.parquet")
+    return work, lambda: _run_check(c, reference)
+
+
+def direct_bm25_search(c: Ctx) -> Prepared:
+    def searcher():
+        from pyserini.search.lucene import LuceneSearcher
+
+        s = LuceneSearcher(str(c.kept / "bm25"))
+        s.set_bm25(0.9, 0.4)
+        return s
+
+    return _direct_search(c, searcher, lambda qids, texts: texts, "bm25.parquet")
 
 
 def ours_impact_search(c: Ctx) -> Prepared:
@@ -491,21 +501,13 @@ def ours_impact_search(c: Ctx) -> Prepared:
 
 
 def direct_impact_search(c: Ctx) -> Prepared:
-    from miracl_eval.java import ensure_jvm
-    from miracl_eval.retrieval import search_heap
+    def searcher():
+        from pyserini.search.lucene import LuceneImpactSearcher
 
-    ensure_jvm(search_heap(HITS))  # the same -Xmx as ours
-    from pyserini.search.lucene import LuceneImpactSearcher
-
-    def work() -> dict:
-        qids, _ = _topics(c)
         # the pre-encoded queries (pyserini's cached query encoder reads the JSONL); min_idf -1 keeps every term
-        searcher = LuceneImpactSearcher(str(c.kept / "impact"), str(c.queries / "impact.jsonl"), min_idf=-1)
-        results = searcher.batch_search([f"q{q}" for q in qids], qids, k=HITS, threads=c.threads)
-        _trec_lines(c.out / "run.trec", qids, {q: [(h.docid, h.score) for h in results.get(q, [])] for q in qids})
-        return {"queries": len(qids)}
+        return LuceneImpactSearcher(str(c.kept / "impact"), str(c.queries / "impact.jsonl"), min_idf=-1)
 
-    return work, lambda: _run_check(c, "sparse.parquet")
+    return _direct_search(c, searcher, lambda qids, texts: [f"q{q}" for q in qids], "sparse.parquet")
 
 
 def _ours_dense_index(c: Ctx, index_type: str) -> Prepared:
