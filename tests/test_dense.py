@@ -359,3 +359,18 @@ def test_faiss_loader_probe_is_not_logged() -> None:
     code = "import logging; logging.basicConfig(level=logging.INFO); from miracl_eval.dense import num_gpus; num_gpus()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert "faiss.loader" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "both"])
+def test_vectors_with_nan_or_infinite_components_name_the_file(tmp_path: Path, bad: float | str) -> None:
+    vecs = np.ones((4, 8), dtype=np.float32)
+    if bad == "both":  # +inf and -inf in one row: its sum is NaN
+        vecs[2, 1], vecs[2, 5] = np.inf, -np.inf
+    else:
+        vecs[2, 3] = bad
+    path = write_vectors(tmp_path / "v.parquet", ["a", "b", "c", "d"], vecs)
+    with pytest.raises(InputError, match=rf"{path}.*vector\(s\) with NaN or infinite components"):
+        list(iter_vector_batches(path))
+    finite = write_vectors(tmp_path / "ok.parquet", ["a"], np.full((1, 8), np.finfo(np.float32).max, np.float32))
+    [(_, got)] = list(iter_vector_batches(finite))  # the largest finite values are finite
+    assert np.isfinite(got).all()
