@@ -35,7 +35,6 @@ sys.path.insert(0, str(REPO))
 
 #: (what, the statement timed in a fresh process after its setup)
 IMPORTS = [
-    ("interpreter", "pass"),
     ("snakemake.script (every job)", "import snakemake.script"),
     ("pyarrow.parquet", "import pyarrow.parquet"),
     ("evaluate: miracl_eval.metrics", "import miracl_eval.metrics"),
@@ -86,7 +85,7 @@ def main() -> None:
     print(f"-- a fresh process, each part alone (best of {args.repeat}, wall s)")
     interpreter = best(lambda: _process([sys.executable, "-c", "pass"]), args.repeat)
     rows.append(("interpreter start and exit", interpreter))
-    for what, statement in IMPORTS[1:]:
+    for what, statement in IMPORTS:
         rows.append((f"import {what}", best(lambda s=statement: _timed("", s), args.repeat)))
 
     from miracl_eval.indexing import anserini_jar

@@ -108,7 +108,6 @@ def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[s
             out = stack.enter_context(open(log_path, "a+", encoding="utf-8", errors="replace"))
         else:
             out = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
-        out.flush()
         start = out.seek(0, os.SEEK_END)
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=preexec)
         out.seek(start)

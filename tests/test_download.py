@@ -44,21 +44,7 @@ def test_corpus_files_are_chosen_by_prefix_and_suffix(monkeypatch: pytest.Monkey
         "miracl-corpus-v1.0-yo/docs-0.jsonl.gz",
     ]
 
-    class FakeApi:
-        def list_repo_files(self, repo: str, repo_type: str, revision: str) -> list[str]:
-            assert (repo, repo_type) == ("miracl/miracl-corpus", "dataset")
-            return files
-
-    def fake_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
-        path = tmp_path / "cache" / filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(filename)
-        return str(path)
-
-    import huggingface_hub
-
-    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
-    monkeypatch.setattr(download, "_hub_download", fake_download)
+    fake_hub(monkeypatch, files, tmp_path, repo="miracl/miracl-corpus", at_revision=None)
     out = download.download_corpus(MIRACL, "sw", tmp_path / "sw")
     assert [p.name for p in out] == ["0000-docs-0.jsonl.gz", "0001-docs-1.jsonl.gz"]
     assert (tmp_path / "sw" / "0001-docs-1.jsonl.gz").read_text() == "miracl-corpus-v1.0-sw/docs-1.jsonl.gz"
@@ -76,13 +62,22 @@ MESSIRVE_FILES = [
 ]
 
 
-def fake_hub(monkeypatch: pytest.MonkeyPatch, files: list[str], tmp_path: Path) -> list[str]:
-    """A hub whose file list is ``files``; returns the list of files downloaded from it."""
+def fake_hub(
+    monkeypatch: pytest.MonkeyPatch,
+    files: list[str],
+    tmp_path: Path,
+    repo: str = "spanish-ir/messirve-trec",
+    at_revision: str | None = "main",
+) -> list[str]:
+    """A hub whose dataset ``repo`` lists ``files`` (at ``at_revision``, unless None); returns the
+    list of files downloaded from it."""
     fetched: list[str] = []
+    expected = repo
 
     class FakeApi:
         def list_repo_files(self, repo: str, repo_type: str, revision: str) -> list[str]:
-            assert (repo, repo_type, revision) == ("spanish-ir/messirve-trec", "dataset", "main")
+            assert (repo, repo_type) == (expected, "dataset")
+            assert at_revision is None or revision == at_revision
             return files
 
     def fake_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
