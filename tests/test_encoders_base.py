@@ -56,14 +56,14 @@ def test_tokenization_fast_path_and_fallback(tiny_checkpoints, kind, monkeypatch
     ids, lengths = enc.tokenize(texts, 40)
     suffix = list(enc.suffix_ids)
     assert suffix == ([2] if kind == "decoder" else [])  # the decoder's tokenizer adds <s> only: </s> is appended
-    assert enc._backends[40 - len(suffix)] is not None  # the backend path was checked and is in use
+    assert enc._backends[40 - len(suffix)] is True  # the backend path was checked and is in use
     want = [row + suffix for row in enc.tokenizer(texts, truncation=True, max_length=40 - len(suffix))["input_ids"]]
     assert [row[:n].tolist() for row, n in zip(ids, lengths, strict=True)] == want
     assert max(lengths) == 40
     assert all((row[n:] == enc.pad_id).all() for row, n in zip(ids, lengths, strict=True))
 
     monkeypatch.setattr(enc, "_backends", {})
-    monkeypatch.setattr(type(enc), "_make_backend", lambda self, probe, max_length: None)
+    monkeypatch.setattr(type(enc), "_fast_backend_matches", lambda self, probe, max_length: False)
     ids2, lengths2 = enc.tokenize(texts, 40)
     assert np.array_equal(ids, ids2) and np.array_equal(lengths, lengths2)
 

@@ -225,7 +225,7 @@ class TransformerEncoder:
                     f"{role}_max_length",
                     f"{n} exceeds the model's limit of {self.max_length_limit} tokens ({self.path})",
                 )
-        self._backends: dict[int, Any] = {}  # truncation length -> truncating copy of the fast tokenizer's backend
+        self._backends: dict[int, bool] = {}  # truncation length -> whether the backend's direct call matches
 
     # ---------------------------------------------------------------- what a family says
 
@@ -298,35 +298,36 @@ class TransformerEncoder:
 
     def _token_ids(self, texts: list[str], max_length: int) -> list[list[int]]:
         if max_length not in self._backends:
-            self._backends[max_length] = self._make_backend(texts[:16], max_length)
-        backend = self._backends[max_length]
-        if backend is None:
+            self._backends[max_length] = self._fast_backend_matches(texts[:16], max_length)
+        if not self._backends[max_length]:
             return self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
-        return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=True)]
+        return [e.ids for e in self._fast_encode(texts, max_length)]
 
-    def _make_backend(self, probe: list[str], max_length: int) -> Any:
-        """A truncating copy of the fast tokenizer's backend, or ``None`` if it does not match the tokenizer."""
+    def _fast_encode(self, texts: list[str], max_length: int) -> list[Any]:
+        """The tokenizer's own backend (``tokenizers``), set up for this call: no padding, truncation
+        to ``max_length``. transformers sets the backend's truncation and padding anew on each of its
+        own calls, so setting them here changes nothing for those; a copy of the backend would cost a
+        round trip through JSON (a second for a 250,000-piece vocabulary)."""
+        backend = self.tokenizer.backend_tokenizer
+        backend.no_padding()
+        backend.enable_truncation(
+            max_length, stride=0, strategy="longest_first", direction=getattr(self.tokenizer, "truncation_side", "right")
+        )
+        backend.encode_special_tokens = bool(getattr(self.tokenizer, "split_special_tokens", False))
+        return backend.encode_batch_fast(texts, add_special_tokens=True)
+
+    def _fast_backend_matches(self, probe: list[str], max_length: int) -> bool:
+        """Whether the backend's direct call (:meth:`_fast_encode`) gives the tokenizer's own ids."""
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is None or not hasattr(backend, "encode_batch_fast"):
-            return None
+            return False
+        specials = " ".join(str(t) for t in self.tokenizer.all_special_tokens)
+        probe = [*probe, "", f"a {specials} c", " x " * (2 * max_length)]
         try:
-            from tokenizers import Tokenizer
-
-            copy = Tokenizer.from_str(backend.to_str())
-            copy.no_padding()
-            copy.enable_truncation(
-                max_length,
-                stride=0,
-                strategy="longest_first",
-                direction=getattr(self.tokenizer, "truncation_side", "right"),
-            )
-            copy.encode_special_tokens = bool(getattr(self.tokenizer, "split_special_tokens", False))
-            specials = " ".join(str(t) for t in self.tokenizer.all_special_tokens)
-            probe = [*probe, "", f"a {specials} c", " x " * (2 * max_length)]
-            fast = [e.ids for e in copy.encode_batch_fast(probe, add_special_tokens=True)]
+            fast = [e.ids for e in self._fast_encode(probe, max_length)]
         except Exception:  # noqa: BLE001 - any trouble: use the tokenizer's own call
-            return None
-        return copy if fast == self.tokenizer(probe, truncation=True, max_length=max_length)["input_ids"] else None
+            return False
+        return fast == self.tokenizer(probe, truncation=True, max_length=max_length)["input_ids"]
 
     @torch.inference_mode()
     def iter_batches(
