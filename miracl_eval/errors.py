@@ -19,13 +19,20 @@ class InputError(MiraclEvalError):
         where = f"{self.path}, line {line}" if line is not None else self.path
         super().__init__(f"{where}: {message}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, int | None]]:  # picklable (a preloaded job's error)
+        return type(self), (self.path, self.reason, self.line)
+
 
 class ConfigError(MiraclEvalError):
     """A bad configuration value: the message names the key."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.reason = message
         super().__init__(f"config key '{key}': {message}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # picklable (a preloaded job's error)
+        return type(self), (self.key, self.reason)
 
 
 class DownloadError(MiraclEvalError):

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schemas
+from .encoders import PRELOAD_MODULES
 from .errors import InputError
 from .fusion import (
     COMPONENTS,
@@ -42,6 +43,8 @@ from .runs import RunWriter
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
+#: imported once by a preload server before it forks the multi-vector rerank jobs (:mod:`.preload`)
+PRELOAD = ("miracl_eval.encoders.stages", "miracl_eval.encoders.bge_m3", *PRELOAD_MODULES)
 
 
 def query_chunk_ids(queries: PathLike, chunk: int, index: int) -> list[str]:

@@ -7,6 +7,8 @@ under SLURM the scheduler's ``CUDA_VISIBLE_DEVICES`` stands). A
 stderr and in the log, and a non-zero exit; Snakemake then removes the job's outputs (which
 are written atomically, so nothing partial is left in any case). Any other exception is a bug
 or a fault of the machine: its traceback goes to stderr and the log, and the exit is non-zero.
+With ``preload``, a stage named by a :class:`~miracl_eval.preload.Call` may run in a process forked
+from a warm one (:mod:`miracl_eval.preload`); its errors come back and are reported the same way.
 """
 
 from __future__ import annotations
@@ -18,20 +20,26 @@ from typing import Any
 
 from .devices import lease_gpus
 from .errors import MiraclEvalError
+from .preload import Call, usable
+from .preload import run as run_preloaded
 
 
 def setup_logging(log_path: str | None) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
-        handlers.append(logging.FileHandler(log_path, mode="w", encoding="utf-8"))
+        open(log_path, "w").close()  # a new log, then appended to (a preloaded child writes to it too)
+        handlers.append(logging.FileHandler(log_path, mode="a", encoding="utf-8"))
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
     )
 
 
-def run_stage(snakemake: Any, work: Callable[[], Any]) -> None:
+def run_stage(snakemake: Any, work: Callable[[], Any], preload: bool = False) -> None:
     """Run ``work()`` for a Snakemake ``script:`` job; exit 1 with one line on a known error,
-    with the traceback on any other (both in the job's log)."""
+    with the traceback on any other (both in the job's log).
+
+    ``preload``: ``work`` (a :class:`~miracl_eval.preload.Call`) runs in a child of the preload
+    server where that is possible (:func:`miracl_eval.preload.usable`), see :mod:`miracl_eval.preload`."""
     log_path = str(snakemake.log[0]) if len(snakemake.log) else None
     setup_logging(log_path)
     logger = logging.getLogger("miracl_eval.stage")
@@ -40,7 +48,7 @@ def run_stage(snakemake: Any, work: Callable[[], Any]) -> None:
         gpus = int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
         if gpus > 0:
             lease_gpus(gpus)
-        result = work()
+        result = run_preloaded(work, log_path) if preload and isinstance(work, Call) and usable() else work()
     except Exception as err:
         if isinstance(err, MiraclEvalError):
             logger.error("%s", err)

@@ -147,7 +147,12 @@ def m3_config(languages: list[str] = M3_LANGS, m3: dict[str, Any] | None = None,
         methods=M3_METHODS,
         models={"bge-m3": {"checkpoint": TINY_M3, "rerank_depth": 20, **(m3 or {})}},
         hybrids={},
-        encoder={"device": "cpu", "shard_size": 60, "batch_size": 8},  # about 160 passages: three shards each
+        encoder={
+            "device": "cpu",
+            "shard_size": 60,
+            "batch_size": 8,
+            "preload": True,
+        },  # about 160 passages: three shards each
         query_chunk=7,  # 11-13 queries per language: two rerank chunks each
     )
     cfg.update(overrides)

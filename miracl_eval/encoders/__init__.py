@@ -5,3 +5,14 @@
 * :mod:`.bge_m3`, :mod:`.dense`, :mod:`.splade`: the families;
 * :mod:`.stages`: the encoding stages (a corpus shard, the queries) to Parquet.
 """
+
+#: what an encoding job imports before its first text; a preload server imports them once for all
+#: of a run's encoding jobs (:mod:`miracl_eval.preload`, the ``PRELOAD`` of :mod:`.stages`)
+PRELOAD_MODULES = (
+    "torch",
+    "transformers.modeling_utils",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.bert.modeling_bert",
+    "transformers.models.xlm_roberta.modeling_xlm_roberta",
+)

@@ -311,7 +311,10 @@ class TransformerEncoder:
         backend = self.tokenizer.backend_tokenizer
         backend.no_padding()
         backend.enable_truncation(
-            max_length, stride=0, strategy="longest_first", direction=getattr(self.tokenizer, "truncation_side", "right")
+            max_length,
+            stride=0,
+            strategy="longest_first",
+            direction=getattr(self.tokenizer, "truncation_side", "right"),
         )
         backend.encode_special_tokens = bool(getattr(self.tokenizer, "split_special_tokens", False))
         return backend.encode_batch_fast(texts, add_special_tokens=True)

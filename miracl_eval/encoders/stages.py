@@ -23,11 +23,13 @@ import pyarrow.parquet as pq
 from .. import schemas
 from ..errors import InputError
 from ..preprocess import join_title
-from . import base
+from . import PRELOAD_MODULES, base
 from .base import DENSE, SPARSE, Encoder, Role
 from .registry import get_family
 
 PathLike = str | os.PathLike[str]
+#: imported once by a preload server before it forks these stages' jobs (:mod:`miracl_eval.preload`)
+PRELOAD = PRELOAD_MODULES
 
 
 def text_columns(title_join: str | None) -> list[str]:
