@@ -32,6 +32,7 @@ import importlib
 import logging
 import os
 import pickle
+import re
 import resource
 import select
 import signal
@@ -58,6 +59,9 @@ IDLE_ENV = "MIRACL_EVAL_PRELOAD_IDLE"
 #: environment variables read at import time by the preloaded libraries: a server serves only jobs
 #: whose values of these equal its own (the rest of a job's environment is set in its child)
 IMPORT_ENV_PREFIXES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "TOKENIZERS", "PYTHON", "LD_")
+#: the job's log line with the forked process's own costs (which the job's benchmark file lacks)
+USAGE_LINE = "preloaded process: peak RSS %.0f MB, CPU %.1f s"
+_USAGE = re.compile(r"preloaded process: peak RSS ([0-9.]+) MB, CPU ([0-9.]+) s")
 _LIBRARY = Path(__file__).resolve().parent
 _HEADER = struct.Struct("!Q")
 
@@ -97,6 +101,16 @@ def plain(value: Any) -> Any:
     return value
 
 
+def logged_peak_rss_mb(log_path: str | os.PathLike[str]) -> float | None:
+    """The forked process's peak RSS (MB) that a preloaded job wrote to its log; None if it has none."""
+    try:
+        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _USAGE.findall(text)
+    return float(found[-1][0]) if found else None
+
+
 # ------------------------------------------------------------------------------ the relay (client)
 
 
@@ -132,7 +146,7 @@ def run(call: Call, log_path: str | None) -> Any:
             raise WorkerError(f"the preloaded process {ack['pid']} ended without a result (killed, or out of memory?)")
         usage = reply.get("usage")
         if usage:
-            log.info("preloaded process: peak RSS %.0f MB, CPU %.1f s", usage["max_rss_mb"], usage["cpu_s"])
+            log.info(USAGE_LINE, usage["max_rss_mb"], usage["cpu_s"])
         if "error" in reply:
             raise reply["error"]
         return reply["result"]

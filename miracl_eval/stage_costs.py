@@ -15,6 +15,7 @@ from typing import Any
 
 from .atomic import write_text_atomic
 from .errors import InputError
+from .preload import logged_peak_rss_mb
 from .report import html_page, html_table, parse_number
 from .tsv import format_tsv, read_tsv
 
@@ -88,6 +89,7 @@ def stage_costs(
     allowed: Mapping[str, Sequence[str]] | None = None,
     skip_rules: Iterable[str] = (),
     root: PathLike | None = None,
+    logs: Mapping[str, str] | None = None,
 ) -> list[dict[str, object]]:
     """Time and peak memory per rule (rows of :data:`STAGE_COSTS_COLUMNS`), rules in the order
     of ``patterns`` (rule → benchmark pattern, relative to ``root``).
@@ -97,7 +99,9 @@ def stage_costs(
     runs of other partitions, methods or datasets are not counted). A job benchmarked with
     repeats counts its mean time. ``total_s`` sums the jobs' wall-clock seconds (CPU-parallel
     jobs overlap, so it can exceed the run's elapsed time); ``max_rss_mb`` is the largest peak
-    resident memory of one job.
+    resident memory of one job. ``logs`` (rule → log pattern): a job that ran in a preloaded process
+    (``encoder.preload``) has that process's peak in its log, which its benchmark file lacks (it
+    measures the job's own relay process); that peak is counted instead.
     """
     skip = set(skip_rules)
     compiled = {rule: pattern_regex(p) for rule, p in patterns.items()}
@@ -120,6 +124,9 @@ def stage_costs(
             continue
         secs = [r["s"] for r in runs if r["s"] is not None]
         rss = [r["max_rss"] for r in runs if r["max_rss"] is not None]
+        if logs and rule in logs:
+            forked = logged_peak_rss_mb(Path(root or ".") / logs[rule].format(**wildcards))
+            rss = rss if forked is None else [forked]
         a = acc.setdefault(rule, {"jobs": 0, "total": 0.0, "max": None, "rss": None})
         a["jobs"] += 1
         if secs:
@@ -161,7 +168,8 @@ def stage_costs_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
         classes.append("total")
     note = (
         "From each job's benchmark file (stats/…): wall-clock seconds and peak resident memory (RSS). "
-        "'total s' adds the jobs' times; jobs run in parallel overlap, so it can exceed the elapsed time."
+        "'total s' adds the jobs' times; jobs run in parallel overlap, so it can exceed the elapsed time. "
+        "A job run in a preloaded process (encoder.preload) counts that process's peak, from the job's log."
     )
     header = ["rule", "jobs", "total s", "max s", "max RSS MB"]
     return html_page(title, html_table(header, table, row_classes=classes), note)
@@ -176,10 +184,11 @@ def stage_costs_stage(
     skip_rules: Iterable[str] = (),
     root: PathLike = ".",
     dataset: str = "",
+    logs: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Stage entry point: every benchmark file under ``stats_dir``, summarised per rule."""
     files = sorted(Path(stats_dir).rglob("*.tsv")) if Path(stats_dir).is_dir() else []
-    rows = stage_costs(files, patterns, allowed, skip_rules, root)
+    rows = stage_costs(files, patterns, allowed, skip_rules, root, logs)
     write_text_atomic(tsv_out, format_tsv(STAGE_COSTS_COLUMNS, rows))
     write_text_atomic(html_out, stage_costs_html(rows, f"Stage costs — {dataset}" if dataset else "Stage costs"))
     return {"rules": len(rows), "jobs": sum(int(r["jobs"]) for r in rows)}  # type: ignore[call-overload]

@@ -366,6 +366,12 @@ rule report_stage_costs:
             for r in workflow.rules
             if r.benchmark
         },
+        # and their log patterns (a preloaded job's log has its forked process's peak memory)
+        logs=lambda wc: {
+            r.name: plain_pattern(str(r.log[0]))
+            for r in workflow.rules
+            if r.benchmark and r.log
+        },
         allowed={
             "dataset": [DATASET.name],
             "part": PARTS,

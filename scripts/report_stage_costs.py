@@ -16,5 +16,6 @@ run_stage(
         allowed=sm.params.allowed,
         skip_rules=sm.params.skip_rules,
         dataset=sm.params.dataset,
+        logs=sm.params.logs,
     ),
 )

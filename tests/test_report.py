@@ -271,8 +271,17 @@ def test_stage_costs_attribute_files_to_rules_and_filter_other_runs(tmp_path: Pa
     rows = stage_costs.stage_costs(
         sorted(stats.rglob("*.tsv")), patterns, allowed, skip_rules=["tiny_model"], root=tmp_path
     )
+    assert rows[0] == {"rule": "encode_corpus_shard", "jobs": 2, "total_s": 8.0, "max_s": 5.0, "max_rss_mb": 480.5}
+    # a preloaded job: its benchmark file measured its relay; its log has the forked process's peak
+    logs = {"encode_corpus_shard": "logs/{dataset}/encode_corpus/{corpus}/{shard}.log", "evaluate": "logs/none.log"}
+    job_log = tmp_path / "logs/miracl/encode_corpus/sw/00001.log"
+    job_log.parent.mkdir(parents=True)
+    job_log.write_text("x INFO miracl_eval.preload: preloaded process: peak RSS 912 MB, CPU 3.0 s\n", encoding="utf-8")
+    rows = stage_costs.stage_costs(
+        sorted(stats.rglob("*.tsv")), patterns, allowed, skip_rules=["tiny_model"], root=tmp_path, logs=logs
+    )
     assert rows == [
-        {"rule": "encode_corpus_shard", "jobs": 2, "total_s": 8.0, "max_s": 5.0, "max_rss_mb": 480.5},
+        {"rule": "encode_corpus_shard", "jobs": 2, "total_s": 8.0, "max_s": 5.0, "max_rss_mb": 912.0},
         {"rule": "evaluate", "jobs": 2, "total_s": 4.0, "max_s": 3.0, "max_rss_mb": 120.0},
         {"rule": "tables", "jobs": 1, "total_s": 0.5, "max_s": 0.5, "max_rss_mb": None},
         {"rule": "odd", "jobs": 1, "total_s": 1.25, "max_s": 1.25, "max_rss_mb": 1.0},
@@ -464,6 +473,12 @@ def test_top_differences_and_stage_costs(sample_report: Path) -> None:
     assert jobs["tiny_model"] == 1 and jobs["report_significance"] == 1 and "report_stage_costs" not in jobs
     for r in costs.values():
         assert float(r["total_s"]) >= float(r["max_s"]) > 0 and float(r["max_rss_mb"]) > 0
+    # the encoding jobs ran preloaded (the sample's setting): their memory is the forked process's
+    # (torch and a model: hundreds of MB), not their relay's (tens of MB, in their benchmark files)
+    relay = stage_costs.read_benchmark(sample_report / "stats/miracl/encode_queries_dense_sparse/bge-m3/sw.tsv")[0][
+        "max_rss"
+    ]
+    assert float(costs["encode_queries_dense_sparse"]["max_rss_mb"]) > 150 > relay
 
 
 @pytest.mark.workflow
