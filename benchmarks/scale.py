@@ -32,9 +32,12 @@
    engine-backed stages), throughput and peak RSS; then the slope of time and of peak RSS against N on
    a log-log scale (least squares over the sizes), beside the slope of the data the stage reads or
    builds; what a query costs (from the smallest size's two query counts); each stage's time and peak
-   memory extrapolated from the largest size with the slopes to MIRACL English (32.9M passages, 799
-   queries) and MessIRve full (14,047,759 passages, 156,528 queries), with the settings of ``scale.yaml``
-   (query_chunk, java_heap), and whether every stage but a flat Faiss index stays under 32 GB.
+   memory extrapolated from the largest size to MIRACL English (32.9M passages, 799 queries) and
+   MessIRve full (14,047,759 passages, 156,528 queries), with the settings of ``scale.yaml``
+   (query_chunk, java_heap), by the slopes or by a fixed plus a per-passage cost fitted to the sizes,
+   whichever is larger (a slope under 1 where a fixed cost still weighs understates a linear stage
+   at 33x the largest size; the Lucene index builds' memory by the slopes, their JVM's heap being
+   the plan's), and whether every stage but a flat Faiss index stays under 32 GB.
 
     python benchmarks/scale.py                                    # 100k, 300k, 1M
     python benchmarks/scale.py --sizes 20000 50000 --budget 0     # a quick look
@@ -78,6 +81,8 @@ HEAP = "2g"
 IVF_LISTS, PQ_M, NPROBE = 256, 64, 64
 WEIGHTS = {"dense": 1.0, "sparse": 0.3}
 GOAL = 1.10
+#: stages whose memory is mostly an Anserini JVM's, bounded by its heap (``HEAP`` here, ``java_heap`` in the plan)
+JAVA_INDEXING = ("bm25_index", "impact_index")
 LIMIT_MB = 32_000
 TARGETS = {"MIRACL English": (32_893_221, 799), "MessIRve full": (14_047_759, 156_528)}
 SEED = 0
@@ -1029,6 +1034,19 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / den if den else 0.0
 
 
+def affine(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares ``y = a + b x`` with ``a, b >= 0``: a fixed cost plus a cost per passage."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
+    if b <= 0:
+        return my, 0.0
+    a = my - b * mx
+    if a < 0:  # through the origin
+        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+    return a, b
+
+
 def _ratio(fig: Figures, stage: Stage) -> str:
     """ours / direct of the CPU time (the goal's measure), and of the wall time."""
     if not fig.direct:
@@ -1133,7 +1151,8 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
     plan = _plan()
     chunk, heap = plan["query_chunk"], heap_mb(plan["java_heap"])
     n_max, n0 = sizes[-1], sizes[0]
-    print(f"\n-- extrapolated from {n_max:,} passages with the slopes above (times at {threads} threads, from "
+    print(f"\n-- extrapolated from {n_max:,} passages with the slopes above or a fixed plus a per-passage cost "
+          f"fitted to the sizes, whichever is larger (times at {threads} threads, from "
           f"{QUERIES:,} measured queries); scale.yaml: query_chunk {chunk}, java_heap "
           f"{plan['java_heap']}, dense index {plan['dense_index']['type']} (and ivfpq)")  # fmt: skip
     for target, (n_t, q_t) in TARGETS.items():
@@ -1146,8 +1165,16 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
                 continue
             fig = results[(n_max, QUERIES, stage.name)]
             grow = n_t / n_max
-            seconds = fig.seconds("ours") * grow**g.t_ours
+            # two readings of the same figures, the larger taken: the log-log slope (a power of N)
+            # and a fixed cost plus a cost per passage (which a slope under 1 at 100k-1M, where the
+            # fixed cost still weighs, understates at 33x the largest size)
+            figs = [results[(n, QUERIES, stage.name)] for n in sizes]
+            t_fit = affine([float(n) for n in sizes], [f.seconds("ours") for f in figs])
+            m_fit = affine([float(n) for n in sizes], [f.rss("ours") for f in figs])
+            seconds = max(fig.seconds("ours") * grow**g.t_ours, t_fit[0] + t_fit[1] * n_t)
             mem = fig.rss("ours") * grow ** max(0.0, g.m_ours)
+            if stage.name not in JAVA_INDEXING:  # a JVM's memory stops at its heap, set below
+                mem = max(mem, m_fit[0] + m_fit[1] * n_t)
             held = ""
             if stage.per_query and (n0, QUERIES * QUERY_SCALE, stage.name) in results:
                 fixed, mb = per_query(stage, n0, results)
@@ -1155,7 +1182,7 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
                 held_q = min(q_t, stage.held or chunk)
                 mem += mb * (held_q - QUERIES)
                 held = f"{held_q:,}"
-            if stage.name in ("bm25_index", "impact_index"):
+            if stage.name in JAVA_INDEXING:
                 mem += max(0.0, heap - heap_mb(HEAP))  # the plan's larger Java heap
             flat = stage.name in ("dense_flat", "search_flat")
             if mem > LIMIT_MB and not flat:

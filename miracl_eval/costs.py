@@ -108,7 +108,7 @@ COSTS: Mapping[str, Cost] = {
         seconds={"queries": 0.1},
         gpu_seconds={"queries": 0.002},
     ),
-    "dense_index:flat": Cost(1000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
+    "dense_index:flat": Cost(2000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
     "dense_index:hnsw": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 5e-3}, parallel=True),
     "dense_index:ivfpq": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 2e-4, "gflop": 0.05}, parallel=True),
     "dense_search:flat": Cost(

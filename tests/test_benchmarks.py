@@ -63,3 +63,22 @@ def test_scale_compares_stages_with_their_engine_and_extrapolates(tmp_path) -> N
     assert "growth from 2,500 to 5,000 passages" in out and "per query, at 2,500 passages" in out
     for target in ("MIRACL English: 32,893,221 passages, 799 queries", "MessIRve full: 14,047,759 passages"):
         assert target in out
+
+
+def test_scale_affine_fit_is_a_fixed_plus_a_per_passage_cost() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_benchmark", REPO / "benchmarks" / "scale.py")
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    sys.modules["scale_benchmark"] = scale  # its dataclasses look their module up
+    spec.loader.exec_module(scale)
+    xs = [1e5, 3e5, 1e6]
+    assert scale.affine(xs, [2 + 3e-5 * x for x in xs]) == pytest.approx((2.0, 3e-5))
+    assert scale.affine(xs, [5.0, 4.0, 3.0]) == (4.0, 0.0)  # no cost per passage: the mean
+    a, b = scale.affine(xs, [0.5, 3.5, 10.5])  # the line would start below zero: through the origin
+    assert a == 0.0 and b == pytest.approx(
+        sum(x * y for x, y in zip(xs, [0.5, 3.5, 10.5], strict=True)) / sum(x * x for x in xs)
+    )
+    # a slope of log-log under 1 (a fixed cost) extrapolates below the linear fit at 33x
+    assert scale.slope(xs, [2 + 3e-5 * x for x in xs]) < 0.9

@@ -89,6 +89,37 @@ def test_flat_topk_equals_numpy(tmp_path: Path, corpus, dtype: str) -> None:
     assert {line.split()[5] for line in (tmp_path / "run.trec").read_text().splitlines()} == {"dense"}
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_flat_index_filled_in_place_equals_faiss_add(tmp_path: Path, corpus, dtype: str, monkeypatch) -> None:
+    # The flat index's storage is sized once and filled batch by batch (batches of 64 rows here,
+    # crossing the shards' bounds): the file must be Faiss's own index of the same vectors, byte for byte.
+    import faiss
+
+    import miracl_eval.dense as dense
+
+    monkeypatch.setattr(dense, "ADD_BATCH", 64)
+    ids, docs, _, _ = corpus
+    shards = write_shards(tmp_path, ids, docs, 3, dtype)
+    assert build_dense_index(shards, tmp_path / "idx", tmp_path / "docids.parquet") == len(ids)
+    reference = faiss.IndexFlatIP(DIM)
+    reference.add(docs.astype(dtype).astype(np.float32))
+    ours = faiss.read_index(str(tmp_path / "idx"))
+    assert ours.ntotal == len(ids)
+    assert faiss.serialize_index(ours).tobytes() == faiss.serialize_index(reference).tobytes()
+    assert pq.read_table(tmp_path / "docids.parquet").column("docid").to_pylist() == ids
+
+
+def test_shards_holding_more_vectors_than_their_metadata_fail(tmp_path: Path, corpus, monkeypatch) -> None:
+    import miracl_eval.dense as dense
+
+    ids, docs, _, _ = corpus
+    shards = write_shards(tmp_path, ids, docs, 2)
+    monkeypatch.setattr(dense.schemas, "count_rows", lambda path: 100)  # metadata that undercounts
+    with pytest.raises(dense.MiraclEvalError, match="more than the 200 vectors"):
+        build_dense_index(shards, tmp_path / "idx", tmp_path / "docids.parquet")
+    assert not (tmp_path / "idx").exists() and not (tmp_path / "docids.parquet").exists()
+
+
 def test_ties_by_docid_and_qid_equal_to_docid(tmp_path: Path) -> None:
     # Integer-valued vectors: dot products are exact in float32, so ties are exact ties.
     ids = ["d9", "d1", "q1", "d5", "d0"]
