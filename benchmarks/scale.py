@@ -36,8 +36,8 @@
    MessIRve full (14,047,759 passages, 156,528 queries), with the settings of ``scale.yaml``
    (query_chunk, java_heap), by the slopes or by a fixed plus a per-passage cost fitted to the sizes,
    whichever is larger (a slope under 1 where a fixed cost still weighs understates a linear stage
-   at 33x the largest size; the Lucene index builds' memory by the slopes, their JVM's heap being
-   the plan's), and whether every stage but a flat Faiss index stays under 32 GB.
+   at 33x the largest size; memory by the fit only where its slope is 0.3 or more, an index held
+   whole, not a streamed stage's flat peak nor a JVM's, whose heap is the plan's), and whether every stage but a flat Faiss index stays under 32 GB.
 
     python benchmarks/scale.py                                    # 100k, 300k, 1M
     python benchmarks/scale.py --sizes 20000 50000 --budget 0     # a quick look
@@ -81,6 +81,8 @@ HEAP = "2g"
 IVF_LISTS, PQ_M, NPROBE = 256, 64, 64
 WEIGHTS = {"dense": 1.0, "sparse": 0.3}
 GOAL = 1.10
+#: a log-log memory slope from which a stage's memory is taken to grow with N (else it is a flat peak)
+GROWING = 0.3
 #: stages whose memory is mostly an Anserini JVM's, bounded by its heap (``HEAP`` here, ``java_heap`` in the plan)
 JAVA_INDEXING = ("bm25_index", "impact_index")
 LIMIT_MB = 32_000
@@ -1173,7 +1175,9 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
             m_fit = affine([float(n) for n in sizes], [f.rss("ours") for f in figs])
             seconds = max(fig.seconds("ours") * grow**g.t_ours, t_fit[0] + t_fit[1] * n_t)
             mem = fig.rss("ours") * grow ** max(0.0, g.m_ours)
-            if stage.name not in JAVA_INDEXING:  # a JVM's memory stops at its heap, set below
+            # memory that visibly grows (an index held whole) by the fit too; a streamed stage's
+            # flat peak by its slope, as is a JVM's, which stops at its heap (set below)
+            if g.m_ours >= GROWING and stage.name not in JAVA_INDEXING:
                 mem = max(mem, m_fit[0] + m_fit[1] * n_t)
             held = ""
             if stage.per_query and (n0, QUERIES * QUERY_SCALE, stage.name) in results:

@@ -132,7 +132,7 @@ COSTS: Mapping[str, Cost] = {
         seconds={"gflop": 0.2, "run_rows": 4e-6},
         parallel=True,
     ),
-    "union_components": Cost(800, 2, mem={"pairs": 2e-4}, seconds={"passages": 5e-5, "pairs": 3e-6}),
+    "union_components": Cost(2000, 2, mem={"pairs": 2e-4}, seconds={"passages": 5e-5, "pairs": 3e-6}),
     "rerank_components": Cost(
         1500,
         3,
