@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -24,6 +25,19 @@ SHARED = Path(os.environ.get("MIRACL_EVAL_SHARED", REPO.parent / "shared"))
 MIRACL_DEV = SHARED / "data" / "miracl-v1.0-dev"
 #: every bundled sample corpus: the texts the tiny BGE-M3 checkpoint is built from
 CORPORA = [*sorted((SAMPLE / "miracl").glob("*/corpus.jsonl")), SAMPLE / "messirve" / "corpus.jsonl"]
+
+
+@pytest.fixture
+def restore_logging():
+    """run_stage configures the root logger for a job process; give the test session its own back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -58,20 +58,24 @@ def exit_hard() -> None:
 # ------------------------------------------------------------------------------------- tests
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def _job(log: Path) -> SimpleNamespace:
     return SimpleNamespace(log=[str(log)], rule="encode_queries_dense", wildcards={"part": "sw"})
+
+
+def _job_process(log: Path, call: str, wildcards: str) -> list[str]:
+    """The command of a job process of its own (as Snakemake starts one) that runs ``call`` preloaded."""
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "from types import SimpleNamespace\n"
+        "from miracl_eval.preload import Call\n"
+        "from miracl_eval.stage import run_stage\n"
+        f"job = SimpleNamespace(log=[sys.argv[3]], rule='encode_queries_dense', wildcards={wildcards})\n"
+        f"run_stage(job, {call}, preload=True)\n"
+    )
+    return [sys.executable, "-c", code, str(HERE), str(HERE.parent), str(log)]
 
 
 def test_each_call_is_a_fresh_child_of_one_server_with_the_jobs_cwd_env_and_threads(tmp_path, monkeypatch):
@@ -91,16 +95,11 @@ def test_each_call_is_a_fresh_child_of_one_server_with_the_jobs_cwd_env_and_thre
 
 def test_the_child_writes_to_the_jobs_log_stdout_and_stderr(tmp_path):
     log = tmp_path / "job.log"
-    code = (
-        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "from types import SimpleNamespace\n"
-        "from miracl_eval.preload import Call\n"
-        "from miracl_eval.stage import run_stage\n"
-        "job = SimpleNamespace(log=[sys.argv[3]], rule='encode_queries_dense', wildcards={'part': 'sw'})\n"
-        "run_stage(job, Call('test_preload', 'log_and_print', ('hello',)), preload=True)\n"
-    )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(HERE), str(HERE.parent), str(log)], capture_output=True, text=True, check=True
+        _job_process(log, "Call('test_preload', 'log_and_print', ('hello',))", "{'part': 'sw'}"),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "stdout: hello" in done.stdout and "stderr: hello" in done.stderr
     lines = log.read_text().splitlines()
@@ -142,15 +141,7 @@ def test_a_known_error_is_one_line_and_an_unexpected_one_has_the_childs_tracebac
 
 def test_a_killed_job_takes_its_child_with_it(tmp_path):
     log = tmp_path / "job.log"
-    code = (
-        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "from types import SimpleNamespace\n"
-        "from miracl_eval.preload import Call\n"
-        "from miracl_eval.stage import run_stage\n"
-        "job = SimpleNamespace(log=[sys.argv[3]], rule='encode_queries_dense', wildcards={})\n"
-        "run_stage(job, Call('time', 'sleep', (120,)), preload=True)\n"
-    )
-    relay = subprocess.Popen([sys.executable, "-c", code, str(HERE), str(HERE.parent), str(log)])
+    relay = subprocess.Popen(_job_process(log, "Call('time', 'sleep', (120,))", "{}"))
     child = None
     deadline = time.monotonic() + 60
     while child is None and time.monotonic() < deadline:

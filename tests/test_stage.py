@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,18 +10,7 @@ import pytest
 from miracl_eval.errors import InputError
 from miracl_eval.stage import run_stage
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """run_stage configures the root logger for a job process; give the test session its own back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def _job(log: Path) -> SimpleNamespace:
