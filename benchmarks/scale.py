@@ -1090,6 +1090,8 @@ class Growth:
     m_ours: float
     m_direct: float | None
     data: float
+    t_fit: tuple[float, float]  #: ours, fixed + per-passage seconds (:func:`affine`)
+    m_fit: tuple[float, float]  #: ours, fixed + per-passage MB
 
 
 def growth(stage: Stage, sizes: list[int], results: dict) -> Growth:
@@ -1102,6 +1104,8 @@ def growth(stage: Stage, sizes: list[int], results: dict) -> Growth:
         slope(x, [f.rss("ours") for f in figs]),
         slope(x, [f.rss("direct") for f in figs]) if direct else None,
         slope(x, [max(f.data_mb, 1e-3) for f in figs]),
+        affine(x, [f.seconds("ours") for f in figs]),
+        affine(x, [f.rss("ours") for f in figs]),
     )
 
 
@@ -1170,15 +1174,12 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
             # two readings of the same figures, the larger taken: the log-log slope (a power of N)
             # and a fixed cost plus a cost per passage (which a slope under 1 at 100k-1M, where the
             # fixed cost still weighs, understates at 33x the largest size)
-            figs = [results[(n, QUERIES, stage.name)] for n in sizes]
-            t_fit = affine([float(n) for n in sizes], [f.seconds("ours") for f in figs])
-            m_fit = affine([float(n) for n in sizes], [f.rss("ours") for f in figs])
-            seconds = max(fig.seconds("ours") * grow**g.t_ours, t_fit[0] + t_fit[1] * n_t)
+            seconds = max(fig.seconds("ours") * grow**g.t_ours, g.t_fit[0] + g.t_fit[1] * n_t)
             mem = fig.rss("ours") * grow ** max(0.0, g.m_ours)
             # memory that visibly grows (an index held whole) by the fit too; a streamed stage's
             # flat peak by its slope, as is a JVM's, which stops at its heap (set below)
             if g.m_ours >= GROWING and stage.name not in JAVA_INDEXING:
-                mem = max(mem, m_fit[0] + m_fit[1] * n_t)
+                mem = max(mem, g.m_fit[0] + g.m_fit[1] * n_t)
             held = ""
             if stage.per_query and (n0, QUERIES * QUERY_SCALE, stage.name) in results:
                 fixed, mb = per_query(stage, n0, results)
