@@ -11,8 +11,8 @@ import sys
 # whether or not it is pip-installed (scripts/ put it on their path the same way).
 sys.path.insert(0, workflow.basedir)
 
-from miracl_eval.config import validate
-from miracl_eval.provenance import log_config_origins
+from miracl_eval.config.validate import validate
+from miracl_eval.config.provenance import log_config_origins
 
 
 configfile: "config.yaml"
@@ -40,8 +40,8 @@ include: "rules/evaluate.smk"
 include: "rules/report.smk"
 
 
-from miracl_eval.comparability import run_notice
-from miracl_eval.report_plan import plain_report_problem
+from miracl_eval.evaluation.comparability import run_notice
+from miracl_eval.report.plan import plain_report_problem
 
 ALL_TARGETS = [
     *expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),

@@ -59,7 +59,7 @@ CONFIGS = {
 
 
 def sample_texts() -> list[str]:
-    from miracl_eval.tiny_model import texts_from_corpora
+    from miracl_eval.offline.tiny import texts_from_corpora
 
     corpora = sorted((REPO / "sample" / "miracl").glob("*/corpus.jsonl"))
     return list(texts_from_corpora([*corpora, REPO / "sample" / "messirve" / "corpus.jsonl"]))
@@ -204,8 +204,8 @@ def child_stream(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from miracl_eval.encoders.encode import encode_corpus_shard
     from miracl_eval.encoders.registry import get_family
-    from miracl_eval.encoders.stages import encode_corpus_shard
 
     family = get_family(args.family)
     if args.n == 0:  # baseline: load only
@@ -242,7 +242,7 @@ def run_child(argv: list[str]) -> tuple[dict, float]:
 
 
 def build_model(config: str, family: str, folder: Path) -> str:
-    from miracl_eval.tiny_model import build_tiny_checkpoint
+    from miracl_eval.offline.tiny import build_tiny_checkpoint
 
     started = time.perf_counter()
     kind = FAMILIES[family][0]

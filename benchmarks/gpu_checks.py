@@ -35,12 +35,12 @@ sys.path.insert(0, str(REPO))
 
 from encode_speed import sample_texts, write_corpus  # noqa: E402 - beside this script
 
-from miracl_eval.dense import load_vectors  # noqa: E402
 from miracl_eval.encoders import bge_m3  # noqa: E402
 from miracl_eval.encoders.bge_m3 import multivec_scores  # noqa: E402
+from miracl_eval.encoders.encode import encode_corpus_shard  # noqa: E402
+from miracl_eval.encoders.outputs import iter_vector_batches  # noqa: E402
 from miracl_eval.encoders.registry import get_family  # noqa: E402
-from miracl_eval.encoders.stages import encode_corpus_shard  # noqa: E402
-from miracl_eval.tiny_model import build_tiny_checkpoint  # noqa: E402
+from miracl_eval.offline.tiny import build_tiny_checkpoint  # noqa: E402
 
 FAILED: list[str] = []
 
@@ -180,7 +180,9 @@ def main() -> None:
                 folder.mkdir()
                 outputs = {"dense": folder / "d.parquet", "sparse": folder / "s.parquet"}
                 stats = encode_corpus_shard(corpus, 1, 200, outputs, spec, 32, device, dtype, dense_dtype="float16")
-                vectors[name] = load_vectors(folder / "d.parquet")
+                batches = list(iter_vector_batches(folder / "d.parquet"))
+                ids = [i for batch_ids, _ in batches for i in batch_ids.to_pylist()]
+                vectors[name] = (ids, np.concatenate([v for _, v in batches]))
             (ids_a, a), (ids_b, b) = vectors["cpu"], vectors["dev"]
             assert ids_a == ids_b, "docids differ"
             cos = float((a * b).sum(axis=1).min())
@@ -218,7 +220,7 @@ def main() -> None:
         check("dense and SPLADE families on the device ~ the CPU", families)
 
     def faiss_gpu() -> str:
-        from miracl_eval import dense
+        from miracl_eval.faiss import index as dense
 
         gpus = dense.num_gpus()
         if not gpus:

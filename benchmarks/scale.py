@@ -202,8 +202,8 @@ def generate(folder: Path, n: int, query_counts: list[int], files: int) -> None:
     import pyarrow.parquet as pq
 
     from miracl_eval import schemas
-    from miracl_eval.preprocess import build_topics
-    from miracl_eval.sparse import quantize_array
+    from miracl_eval.inputs.preprocess import build_topics
+    from miracl_eval.lucene.sparse import quantize_array
 
     manifest = {"format": FORMAT, "n": n, "queries": query_counts, "files": files, "seed": SEED}
     if (folder / "manifest.json").is_file() and json.loads((folder / "manifest.json").read_text()) == manifest:
@@ -275,7 +275,7 @@ def _queries(folder, n, query_counts, rng, words, vocab, relevant, rel_words, re
     import pyarrow.parquet as pq
 
     from miracl_eval import schemas
-    from miracl_eval.sparse import quantize_array
+    from miracl_eval.lucene.sparse import quantize_array
 
     n_queries = max(query_counts)
     order = rng.permutation(n_queries)  # query j asks for passage relevant[order[j]]
@@ -351,16 +351,16 @@ Prepared = tuple[Work, Callable[[], dict] | None]  # the timed work, and a check
 
 
 def _docs(index: Path) -> dict:
-    from miracl_eval.lucene import count_documents
+    from pyserini.index.lucene import LuceneIndexReader
 
-    return {"documents": count_documents(index)}
+    return {"documents": int(LuceneIndexReader(str(index)).stats()["documents"])}
 
 
 def _anserini_cli(c: Ctx, args: list[str]) -> Prepared:
     """``python -m pyserini.index.lucene ARGS``, in this process (the JVM started before the clock)."""
     import runpy
 
-    from miracl_eval.java import ensure_jvm
+    from miracl_eval.lucene.jvm import ensure_jvm
 
     ensure_jvm(HEAP)  # the same Java 21 and -Xmx as ours
     import pyserini.index.lucene  # noqa: F401 - its import and the JVM's start, before the clock
@@ -374,7 +374,7 @@ def _anserini_cli(c: Ctx, args: list[str]) -> Prepared:
 
 
 def ours_preprocess(c: Ctx) -> Prepared:
-    from miracl_eval.preprocess import build_corpus_from
+    from miracl_eval.inputs.preprocess import build_corpus_from
 
     def work() -> dict:
         stats = build_corpus_from(c.data / "raw" / "corpus.jsonl", c.out / "corpus.parquet", "{title} {text}")
@@ -384,7 +384,7 @@ def ours_preprocess(c: Ctx) -> Prepared:
 
 
 def ours_bm25_index(c: Ctx) -> Prepared:
-    from miracl_eval.indexing import build_bm25_index
+    from miracl_eval.lucene.bm25 import build_bm25_index
 
     def work() -> dict:
         result = build_bm25_index(c.data / "corpus.parquet", c.out / "index", "en", threads=c.threads, heap=HEAP)
@@ -401,7 +401,7 @@ def direct_bm25_index(c: Ctx) -> Prepared:
 
 
 def ours_impact_index(c: Ctx) -> Prepared:
-    from miracl_eval.sparse import build_sparse_index
+    from miracl_eval.lucene.sparse import build_sparse_index
 
     def work() -> dict:
         result = build_sparse_index(c.shards("sparse"), c.out / "index", threads=c.threads, heap=HEAP)
@@ -448,9 +448,8 @@ def _run_check(c: Ctx, reference: str) -> dict:
 def _jvm_for_search() -> None:
     """Start the JVM with the searches' heap and load the searchers' classes before the clock, as
     importing pyserini does for the direct side."""
-    from miracl_eval.java import ensure_jvm
-    from miracl_eval.lucene import autoclass
-    from miracl_eval.retrieval import search_heap
+    from miracl_eval.lucene.anserini import autoclass, search_heap
+    from miracl_eval.lucene.jvm import ensure_jvm
 
     ensure_jvm(search_heap(HITS))
     autoclass("io.anserini.search.SimpleSearcher")
@@ -468,7 +467,7 @@ def _ours_search(c: Ctx, index: str, queries: str, search: Callable) -> Prepared
 
 
 def ours_bm25_search(c: Ctx) -> Prepared:
-    from miracl_eval.retrieval import bm25_search
+    from miracl_eval.lucene.bm25 import bm25_search
 
     return _ours_search(c, "bm25", "queries.parquet", bm25_search)
 
@@ -476,8 +475,8 @@ def ours_bm25_search(c: Ctx) -> Prepared:
 def _direct_search(c: Ctx, make_searcher: Callable, texts_of: Callable, reference: str) -> Prepared:
     """pyserini's searcher (from ``make_searcher()``, after a JVM with ours' -Xmx) over the queries,
     ``batch_search`` of ``texts_of(qids, texts)``, its hits written the plain way."""
-    from miracl_eval.java import ensure_jvm
-    from miracl_eval.retrieval import search_heap
+    from miracl_eval.lucene.anserini import search_heap
+    from miracl_eval.lucene.jvm import ensure_jvm
 
     ensure_jvm(search_heap(HITS))  # the same -Xmx as ours
 
@@ -502,7 +501,7 @@ def direct_bm25_search(c: Ctx) -> Prepared:
 
 
 def ours_impact_search(c: Ctx) -> Prepared:
-    from miracl_eval.sparse import sparse_search
+    from miracl_eval.lucene.sparse import sparse_search
 
     return _ours_search(c, "impact", "sparse.parquet", sparse_search)
 
@@ -518,7 +517,7 @@ def direct_impact_search(c: Ctx) -> Prepared:
 
 
 def _ours_dense_index(c: Ctx, index_type: str) -> Prepared:
-    from miracl_eval.dense import build_dense_index
+    from miracl_eval.faiss.index import build_dense_index
 
     def work() -> dict:
         n = build_dense_index(c.shards("dense"), c.out / "index.faiss", c.out / "docids.parquet", index_type=index_type,
@@ -574,7 +573,7 @@ def _direct_dense_index(c: Ctx, index_type: str) -> Prepared:
 
 
 def _ours_dense_search(c: Ctx, index_type: str) -> Prepared:
-    from miracl_eval.dense import dense_search
+    from miracl_eval.faiss.search import dense_search
 
     def work() -> dict:
         n = dense_search(c.kept / f"{index_type}.faiss", c.kept / f"{index_type}.docids.parquet",
@@ -617,7 +616,7 @@ def _scored(c: Ctx) -> dict:
 
 
 def ours_union_scores(c: Ctx) -> Prepared:
-    from miracl_eval.rerank import union_components_stage
+    from miracl_eval.fusion.components import union_components_stage
 
     def work() -> dict:
         pairs = union_components_stage(c.kept_q / "flat.parquet", c.kept_q / "sparse.parquet",
@@ -629,8 +628,9 @@ def ours_union_scores(c: Ctx) -> Prepared:
 
 def ours_rerank_scores(c: Ctx) -> Prepared:
     from miracl_eval import schemas
-    from miracl_eval.fusion import COMPONENTS, dense_candidates
-    from miracl_eval.rerank import score_candidates
+    from miracl_eval.fusion.candidates import dense_candidates
+    from miracl_eval.fusion.components import score_candidates
+    from miracl_eval.fusion.weighted import COMPONENTS
     from miracl_eval.runs import read_run
 
     def work() -> dict:
@@ -724,7 +724,7 @@ def _rerank_pairs(c: Ctx):
 
 
 def ours_fuse(c: Ctx) -> Prepared:
-    from miracl_eval.rerank import fuse_stage
+    from miracl_eval.fusion.weighted import fuse_stage
 
     def work() -> dict:
         pairs = fuse_stage([c.kept_q / "union.components.parquet"], WEIGHTS, c.out / "run.parquet",
@@ -735,7 +735,7 @@ def ours_fuse(c: Ctx) -> Prepared:
 
 
 def ours_evaluate(c: Ctx) -> Prepared:
-    from miracl_eval.metrics import evaluate_stage
+    from miracl_eval.evaluation.metrics import evaluate_stage
 
     def work() -> dict:
         means = evaluate_stage(c.kept_q / "bm25.parquet", c.queries / "qrels.parquet", c.out / "per_query.parquet")
@@ -783,9 +783,7 @@ class Stage:
 
 
 def _stages() -> list[Stage]:
-    from miracl_eval.dense import DENSE_SEARCH_BATCH
-    from miracl_eval.metrics import EVAL_CHUNK
-    from miracl_eval.retrieval import QUERY_CHUNK
+    from miracl_eval.schemas import DENSE_SEARCH_BATCH, EVAL_CHUNK, QUERY_CHUNK
 
     flat, ivfpq = "flat", "ivfpq"
     return [
@@ -938,7 +936,7 @@ def _keep(stage: Stage, c: Ctx) -> None:
 
 
 def _path_mb(paths: list[Path]) -> float:
-    from miracl_eval.costs import path_mb
+    from miracl_eval.jobs.requests import path_mb
 
     return sum(path_mb(p) for p in paths)
 
@@ -1145,14 +1143,14 @@ def print_growth(stages: list[Stage], sizes: list[int], results: dict) -> dict[s
 def _plan() -> dict:
     import yaml
 
-    from miracl_eval.config import validate
+    from miracl_eval.config.validate import validate
 
     plan = yaml.safe_load((REPO / "scale.yaml").read_text())
     return validate({"languages": ["en"], **plan})
 
 
 def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: dict[str, Growth], threads: int) -> None:
-    from miracl_eval.costs import heap_mb
+    from miracl_eval.jobs.requests import heap_mb
 
     plan = _plan()
     chunk, heap = plan["query_chunk"], heap_mb(plan["java_heap"])

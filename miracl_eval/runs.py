@@ -6,39 +6,21 @@ never writes an id that would break the 6 columns of a TREC line (:mod:`miracl_e
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schemas
-from .atomic import atomic_output
-from .errors import InputError
-from .ids import first_bad_id, id_problem
-
-
-def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None = None) -> pa.Table:
-    """Build a run table from ``{qid: [(docid, score), ...]}``.
-
-    Each query's hits are ordered by score (descending), ties by docid (ascending), so that
-    the Parquet ranks and the order of the TREC file agree with how trec_eval reads scores.
-    Queries keep the order of the mapping.
-    """
-    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
-    for qid, qhits in hits.items():
-        ordered = sorted(qhits, key=lambda h: (-h[1], h[0]))
-        if depth is not None:
-            ordered = ordered[:depth]
-        for rank, (docid, score) in enumerate(ordered, start=1):
-            cols["qid"].append(qid)
-            cols["docid"].append(docid)
-            cols["rank"].append(rank)
-            cols["score"].append(float(score))
-    return pa.table(cols, schema=schemas.RUN)
+from miracl_eval import schemas
+from miracl_eval.atomic import atomic_output
+from miracl_eval.errors import InputError
+from miracl_eval.ids import first_bad_id, id_problem
 
 
 def trec_lines(table: pa.Table, tag: str) -> pa.Array:
@@ -128,3 +110,51 @@ def read_trec(path: str | os.PathLike[str]) -> pa.Table:
 
 def read_run(path: str | os.PathLike[str]) -> pa.Table:
     return schemas.read_table(path, schemas.RUN)
+
+
+log = logging.getLogger(__name__)
+
+
+def rank_table(
+    qids: Sequence[str] | pa.Array,
+    qpos: np.ndarray,
+    docids: pa.Array,
+    scores: np.ndarray,
+    depth: int | None = None,
+) -> pa.Table:
+    """Vectorised :func:`miracl_eval.runs.rank_hits`: a run table from flat hit arrays.
+
+    Hit ``i`` is ``(qids[qpos[i]], docids[i], scores[i])``. Queries come out in the order of
+    ``qids``; each query's hits by score descending, ties by docid ascending (code point order,
+    which is UTF-8 byte order, as Python sorts strings); ``depth`` keeps the top hits.
+    """
+    qpos = np.asarray(qpos, dtype=np.int64)
+    hits = pa.table(
+        {
+            "qpos": pa.array(qpos, pa.int64()),
+            "docid": pa.array(docids, pa.string()) if not isinstance(docids, pa.Array) else docids.cast(pa.string()),
+            "score": pa.array(np.asarray(scores, dtype=np.float64), pa.float64()),
+        }
+    )
+    order = pc.sort_indices(hits, sort_keys=[("qpos", "ascending"), ("score", "descending"), ("docid", "ascending")])
+    hits = hits.take(order)
+    sorted_q = hits.column("qpos").to_numpy()
+    if len(sorted_q):
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_q)) + 1]
+        lengths = np.diff(np.r_[starts, len(sorted_q)])
+        ranks = np.arange(len(sorted_q)) - np.repeat(starts, lengths) + 1
+    else:
+        ranks = np.zeros(0, dtype=np.int64)
+    qid_arr = qids.cast(pa.string()) if isinstance(qids, pa.Array) else pa.array(list(qids), pa.string())
+    table = pa.table(
+        {
+            "qid": qid_arr.take(pa.array(sorted_q, pa.int64())),
+            "docid": hits.column("docid"),
+            "rank": pa.array(ranks, pa.int32()),
+            "score": hits.column("score"),
+        },
+        schema=schemas.RUN,
+    )
+    if depth is not None:
+        table = table.filter(pc.less_equal(table.column("rank"), depth))
+    return table

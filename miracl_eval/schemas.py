@@ -1,4 +1,5 @@
-"""Parquet schemas of every stage's output, and the helpers that read and write them.
+"""Parquet schemas of every stage's output, the helpers that read and write them, and the sizes that
+several stages share (query chunks, search batches) and the job requests read.
 
 Ids are strings everywhere: MIRACL query ids can be integers (``6``) or look like passage ids
 (``10020#0``), and a query id can equal a passage id.
@@ -15,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_output
-from .errors import InputError
+from miracl_eval.atomic import atomic_output
+from miracl_eval.errors import InputError
 
 CORPUS = pa.schema(
     [
@@ -160,3 +161,17 @@ def num_chunks(path: str | os.PathLike[str], size: int) -> int:
     if size < 1:
         raise ValueError("the chunk size must be positive")
     return -(-count_rows(path) // size)
+
+
+#: query vectors that a dense search scores at once
+DENSE_SEARCH_BATCH = 4_096
+#: queries that a Lucene search runs (and whose hits it holds) at once
+QUERY_CHUNK = 2_000
+#: queries whose hits an evaluation holds at once
+EVAL_CHUNK = 5_000
+
+
+def ivf_list_count(configured: int, passages: int) -> int:
+    """The lists of an IVF index of ``passages`` vectors: Faiss wants at least 39 training points per
+    centroid, so a small corpus gets fewer than ``configured``."""
+    return max(1, min(configured, passages // 39))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .errors import InputError
-
-PathLike = str | os.PathLike[str]
+from miracl_eval.errors import InputError
+from miracl_eval.types import PathLike
 
 
 def read_tsv(path: PathLike) -> tuple[list[str], list[list[str]]]:

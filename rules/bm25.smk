@@ -7,9 +7,9 @@ rule bm25_index:
     output:
         directory(PATHS["bm25_index"]),
     log:
-        "logs/{dataset}/bm25_index/{corpus}.log",
+        log_path("bm25_index/{corpus}"),
     benchmark:
-        "stats/{dataset}/bm25_index/{corpus}.tsv"
+        benchmark_path("bm25_index/{corpus}")
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
@@ -31,9 +31,9 @@ rule bm25_search:
         run=path("run", system="bm25"),
         trec=path("trec", system="bm25"),
     log:
-        "logs/{dataset}/bm25_search/{part}.log",
+        log_path("bm25_search/{part}"),
     benchmark:
-        "stats/{dataset}/bm25_search/{part}.tsv"
+        benchmark_path("bm25_search/{part}")
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]

@@ -2,16 +2,23 @@
 
 import errno
 
-from miracl_eval import costs
-from miracl_eval.config import fill_placeholders
-from miracl_eval.datasets import get_dataset
+from miracl_eval.jobs import requests
+from miracl_eval.config.validate import fill_placeholders
+from miracl_eval.inputs.datasets import get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
-from miracl_eval.fusion import FUSED_COMPONENTS
-from miracl_eval.metrics import MEASURES
-from miracl_eval.models import BUILT_CHECKPOINTS
-from miracl_eval.dense import vector_dim
+from miracl_eval.fusion.weighted import (
+    CANDIDATE_LIST,
+    FUSED_COMPONENTS,
+    candidates_per_query,
+    fused_depth,
+)
+from miracl_eval.evaluation.metrics import MEASURES
+from miracl_eval.config.models import BUILT_CHECKPOINTS
+from miracl_eval.encoders.outputs import vector_dim
+from miracl_eval.errors import InputError
 from miracl_eval.schemas import count_rows, num_chunks
-from miracl_eval.systems import systems
+from miracl_eval.config.systems import systems
+from miracl_eval.report.plan import report_pages
 
 DATASET = get_dataset(config["dataset"])
 PARTS = list(config["languages"])
@@ -60,9 +67,17 @@ PATHS = {
     "effective_config": "results/{dataset}_config.yaml",
     "data_version": "resources/{dataset}/topics/version.txt",
     "table": "results/{dataset}_{measure}.tsv",
+    # the report's pages and charts (results/{dataset}_published.html, ...; rules/report.smk)
+    "report_file": "results/{dataset}_{page}.{ext}",
     "comparability": "results/{dataset}_comparability.tsv",
-    "tiny_model": "resources/models/tiny-{tiny}",
-    "me5_small": "resources/models/me5-small",
+    "downloaded_corpus": "resources/{dataset}/downloads/corpus/{corpus}",
+    "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
+    "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",
+    "tiny_model": f"{BUILT_CHECKPOINTS}tiny-{{tiny}}",
+    "me5_small": f"{BUILT_CHECKPOINTS}me5-small",
+    # each job's log and benchmark file: {scope} is {dataset} (or models), {step} the rule and its wildcards
+    "log": "logs/{scope}/{step}.log",
+    "benchmark": "stats/{scope}/{step}.tsv",
 }
 
 
@@ -72,6 +87,14 @@ def path(name, **fixed):
     for key, value in fixed.items():
         pattern = pattern.replace(f"{{{key}}}", value)
     return pattern
+
+
+def log_path(step, scope="{dataset}"):
+    return PATHS["log"].replace("{scope}", scope).replace("{step}", step)
+
+
+def benchmark_path(step, scope="{dataset}"):
+    return PATHS["benchmark"].replace("{scope}", scope).replace("{step}", step)
 
 
 def _alternatives(values):
@@ -101,19 +124,19 @@ def corpus_source(wildcards):
     """The raw corpus: a local file from the config, or the folder of downloaded shards."""
     if SOURCE:
         return fill_placeholders(SOURCE["corpus"], wildcards.corpus)
-    return f"resources/{wildcards.dataset}/downloads/corpus/{wildcards.corpus}"
+    return expand(PATHS["downloaded_corpus"], **dict(wildcards.items()))[0]
 
 
 def topics_source(wildcards):
     if SOURCE:
         return fill_placeholders(SOURCE["topics"], wildcards.part)
-    return f"resources/{wildcards.dataset}/downloads/topics/{wildcards.part}/topics.tsv"
+    return expand(PATHS["downloaded_topics"], **dict(wildcards.items()))[0]
 
 
 def qrels_source(wildcards):
     if SOURCE:
         return fill_placeholders(SOURCE["qrels"], wildcards.part)
-    return f"resources/{wildcards.dataset}/downloads/topics/{wildcards.part}/qrels.tsv"
+    return expand(PATHS["downloaded_qrels"], **dict(wildcards.items()))[0]
 
 
 def part_corpus(pattern):
@@ -121,6 +144,14 @@ def part_corpus(pattern):
     return lambda wc: expand(
         pattern, **dict(wc.items()), corpus=DATASET.corpus_of(wc.part)
     )[0]
+
+
+#: the report's pages (and charts), for a dataset ("{dataset}": a pattern)
+def report_inputs(dataset):
+    return [
+        path("report_file", dataset=dataset, page=page, ext=ext)
+        for page, ext in report_pages(MEASURE_KEYS, METHODS, HYBRIDS)
+    ]
 
 
 PER_QUERY = expand(path("per_query", dataset="{{dataset}}"), part=PARTS, system=METHODS)
@@ -186,15 +217,15 @@ def query_chunks(kind):
 
 
 def fusion_components(wildcards):
-    kind = "union" if wildcards.method == "dense+sparse" else "rerank"
-    return query_chunks(kind)(wildcards)
+    """The component-score chunks that a fused method reads: its candidate list's."""
+    return query_chunks(CANDIDATE_LIST[wildcards.method])(wildcards)
 
 
 # ---------------------------------------------------------------- resource requests
+# What a job's request depends on is decided by miracl_eval.jobs.requests (job_for, estimate); here
+# the workflow only reads the sizes that it knows before the job runs.
 
-COST_SETTINGS = costs.Settings.from_config(config)
-#: estimates whose job runs a model (its size counts) on the GPU when the rule asks for one
-MODEL_ESTIMATES = ("encode_corpus", "encode_queries", "rerank_components")
+REQUEST_SETTINGS = requests.Settings.from_config(config)
 
 
 def _rows(path, input):
@@ -208,76 +239,81 @@ def _rows(path, input):
 
 
 def _dim(path):
-    return vector_dim(path)[1] if os.path.exists(path) else costs.DEFAULT_DIM
+    """The vector dimension of a job's first vector input; the default until that input is a vector
+    file (in a dry run, the pending checkpoint's output stands in for the shards)."""
+    try:
+        return vector_dim(path)[1]
+    except (OSError, InputError):
+        return requests.DEFAULT_DIM
 
 
-def _chunk_of(total, size, index):
-    return max(0, min(size, total - index * size))
+def _checkpoint_mb(wildcards):
+    folder = model_input(
+        wildcards
+    )  # a local checkpoint is an input: <TBD> until it exists
+    if folder and not os.path.isdir(folder):
+        raise FileNotFoundError(
+            errno.ENOENT, "the checkpoint does not exist yet", folder
+        )
+    return requests.checkpoint_mb(folder or MODELS[wildcards.model]["checkpoint"])
+
+
+def _candidates(name, w):
+    """Candidate passages per query of a scoring, fusion or hybrid job."""
+    if name in ("union_components", "rerank_components", "fuse"):
+        kind = CANDIDATE_LIST[w["method"]] if name == "fuse" else name.split("_")[0]
+        depth = MODELS[w["model"]]["rerank_depth"]
+        return candidates_per_query(kind, config["hits"], depth)
+    if name == "hybrid":
+        hybrid = HYBRIDS[w["hybrid"]]
+        return len(hybrid["systems"]) * hybrid["depth"]
+    return 0
 
 
 def job_sizes(name, wildcards, input, threads):
-    """The :class:`miracl_eval.costs.Job` of one job of estimate ``name``, from the preprocessed
-    corpus and queries (their Parquet row counts) and the job's wildcards."""
+    """The sizes of one job of estimate ``name`` (:func:`miracl_eval.jobs.requests.job_for`)."""
     w = dict(wildcards.items())
-    sizes = {"threads": threads}
-    if name in ("download", "small"):
-        return costs.Job(**sizes)
+    sizes = {}
     if name in ("preprocess_corpus", "preprocess_topics"):
-        return costs.Job(input_mb=sum(costs.path_mb(f) for f in input), **sizes)
-    corpus = w.get("corpus") or (DATASET.corpus_of(w["part"]) if "part" in w else None)
-    if corpus is not None and "dataset" in w:
-        sizes["passages"] = _rows(
-            expand(PATHS["corpus"], dataset=w["dataset"], corpus=corpus)[0], input
+        sizes["input_mb"] = sum(requests.path_mb(f) for f in input)
+    elif name not in ("download", "small"):
+        corpus = w.get("corpus") or (
+            DATASET.corpus_of(w["part"]) if "part" in w else None
         )
-    if "part" in w:
-        sizes["queries"] = _rows(expand(PATHS["queries"], **w)[0], input)
-    elif name == "report":
-        sizes["queries"] = sum(
-            _rows(expand(PATHS["queries"], dataset=DATASET.name, part=p)[0], input)
-            for p in PARTS
-        )
-    if name == "encode_corpus":
-        sizes["passages"] = _chunk_of(
-            sizes["passages"], ENC["shard_size"], int(w["shard"])
-        )
-    if "chunk" in w:
-        sizes["queries"] = _chunk_of(
-            sizes["queries"], config["query_chunk"], int(w["chunk"])
-        )
+        if corpus is not None:
+            sizes["passages"] = _rows(
+                expand(PATHS["corpus"], dataset=w["dataset"], corpus=corpus)[0], input
+            )
+        parts = [w["part"]] if "part" in w else (PARTS if name == "report" else [])
+        if parts:
+            sizes["queries"] = sum(
+                _rows(expand(PATHS["queries"], dataset=DATASET.name, part=p)[0], input)
+                for p in parts
+            )
     if name == "dense_index":
         sizes["dim"] = _dim(input[0])
     if name == "dense_search":
         sizes["dim"] = _dim(input.queries)
-    if name in MODEL_ESTIMATES:
-        folder = model_input(
-            wildcards
-        )  # a local checkpoint is an input: <TBD> until it exists
-        if folder and not os.path.isdir(folder):
-            raise FileNotFoundError(
-                errno.ENOENT, "the checkpoint does not exist yet", folder
-            )
-        sizes["checkpoint_mb"] = costs.checkpoint_mb(
-            folder or MODELS[w["model"]]["checkpoint"]
-        )
-        sizes["gpu"] = GPU == 1
-    if name == "union_components" or (name == "fuse" and w["method"] == "dense+sparse"):
-        sizes["candidates"] = 2 * config["hits"]
-    elif name in ("rerank_components", "fuse"):
-        sizes["candidates"] = MODELS[w["model"]]["rerank_depth"]
-    if name == "hybrid":
-        hybrid = HYBRIDS[w["hybrid"]]
-        sizes["candidates"] = len(hybrid["systems"]) * hybrid["depth"]
-    return costs.Job(**sizes)
+    if name in requests.MODEL_ESTIMATES:
+        sizes["checkpoint_mb"] = _checkpoint_mb(wildcards)
+    return requests.job_for(
+        name,
+        w,
+        threads,
+        REQUEST_SETTINGS,
+        candidates=_candidates(name, w),
+        **sizes,
+    )
 
 
 def request(name):
-    """A rule's ``mem_mb`` and ``runtime`` (minutes) from estimate ``name`` of miracl_eval.costs,
+    """A rule's ``mem_mb`` and ``runtime`` (minutes) from estimate ``name`` of miracl_eval.jobs.requests,
     evaluated per job (``resources: **request("bm25_index")``)."""
 
     def value(key):
         return lambda wildcards, input, threads: getattr(
-            costs.estimate(
-                name, job_sizes(name, wildcards, input, threads), COST_SETTINGS
+            requests.estimate(
+                name, job_sizes(name, wildcards, input, threads), REQUEST_SETTINGS
             ),
             key,
         )

@@ -4,11 +4,11 @@
 
 rule download_corpus:
     output:
-        directory("resources/{dataset}/downloads/corpus/{corpus}"),
+        directory(PATHS["downloaded_corpus"]),
     log:
-        "logs/{dataset}/download_corpus/{corpus}.log",
+        log_path("download_corpus/{corpus}"),
     benchmark:
-        "stats/{dataset}/download_corpus/{corpus}.tsv"
+        benchmark_path("download_corpus/{corpus}")
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -25,9 +25,9 @@ rule data_version:
     output:
         PATHS["data_version"],
     log:
-        "logs/{dataset}/data_version.log",
+        log_path("data_version"),
     benchmark:
-        "stats/{dataset}/data_version.tsv"
+        benchmark_path("data_version")
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -45,12 +45,12 @@ rule download_topics:
     input:
         version=PATHS["data_version"],
     output:
-        topics="resources/{dataset}/downloads/topics/{part}/topics.tsv",
-        qrels="resources/{dataset}/downloads/topics/{part}/qrels.tsv",
+        topics=PATHS["downloaded_topics"],
+        qrels=PATHS["downloaded_qrels"],
     log:
-        "logs/{dataset}/download_topics/{part}.log",
+        log_path("download_topics/{part}"),
     benchmark:
-        "stats/{dataset}/download_topics/{part}.tsv"
+        benchmark_path("download_topics/{part}")
     conda:
         "../envs/data.yaml"
     threads: 1

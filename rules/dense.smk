@@ -9,9 +9,9 @@ rule dense_index:
         index=PATHS["dense_index"],
         docids=PATHS["dense_docids"],
     log:
-        "logs/{dataset}/dense_index/{model}/{corpus}.log",
+        log_path("dense_index/{model}/{corpus}"),
     benchmark:
-        "stats/{dataset}/dense_index/{model}/{corpus}.tsv"
+        benchmark_path("dense_index/{model}/{corpus}")
     wildcard_constraints:
         model=_alternatives(models_with("dense")),
     conda:
@@ -38,9 +38,9 @@ rule dense_search:
         run=path("run", system="{model}/dense"),
         trec=path("trec", system="{model}/dense"),
     log:
-        "logs/{dataset}/dense_search/{model}/{part}.log",
+        log_path("dense_search/{model}/{part}"),
     benchmark:
-        "stats/{dataset}/dense_search/{model}/{part}.tsv"
+        benchmark_path("dense_search/{model}/{part}")
     wildcard_constraints:
         model=_alternatives(models_with("dense")),
     conda:

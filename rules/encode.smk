@@ -20,9 +20,9 @@ for kinds in OUTPUT_SETS:
         output:
             **{k: path("shard", kind=k) for k in kinds},
         log:
-            f"logs/{{dataset}}/encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}.log",
+            log_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}"),
         benchmark:
-            f"stats/{{dataset}}/encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}.tsv"
+            benchmark_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}")
         wildcard_constraints:
             model=with_kinds,
         conda:
@@ -50,9 +50,9 @@ for kinds in OUTPUT_SETS:
         output:
             **{k: path("encoded_queries", kind=k) for k in kinds},
         log:
-            f"logs/{{dataset}}/encode_queries_{suffix}/{{model}}/{{part}}.log",
+            log_path(f"encode_queries_{suffix}/{{model}}/{{part}}"),
         benchmark:
-            f"stats/{{dataset}}/encode_queries_{suffix}/{{model}}/{{part}}.tsv"
+            benchmark_path(f"encode_queries_{suffix}/{{model}}/{{part}}")
         wildcard_constraints:
             model=with_kinds,
         conda:

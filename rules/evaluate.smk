@@ -8,9 +8,9 @@ rule evaluate:
     output:
         PATHS["per_query"],
     log:
-        "logs/{dataset}/evaluate/{part}/{system}.log",
+        log_path("evaluate/{part}/{system}"),
     benchmark:
-        "stats/{dataset}/evaluate/{part}/{system}.tsv"
+        benchmark_path("evaluate/{part}/{system}")
     conda:
         "../envs/eval.yaml"
     threads: 1
@@ -26,9 +26,9 @@ rule tables:
     output:
         **{key: path("table", measure=key) for key in MEASURE_KEYS},
     log:
-        "logs/{dataset}/tables.log",
+        log_path("tables"),
     benchmark:
-        "stats/{dataset}/tables.tsv"
+        benchmark_path("tables")
     localrule: True
     conda:
         "../envs/eval.yaml"

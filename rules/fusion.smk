@@ -17,9 +17,9 @@ rule union_components:
     output:
         path("scores", kind="union"),
     log:
-        "logs/{dataset}/union_components/{model}/{part}/{chunk}.log",
+        log_path("union_components/{model}/{part}/{chunk}"),
     benchmark:
-        "stats/{dataset}/union_components/{model}/{part}/{chunk}.tsv"
+        benchmark_path("union_components/{model}/{part}/{chunk}")
     wildcard_constraints:
         model=M3_MODELS,
     conda:
@@ -46,9 +46,9 @@ rule rerank_components:
     output:
         path("scores", kind="rerank"),
     log:
-        "logs/{dataset}/rerank_components/{model}/{part}/{chunk}.log",
+        log_path("rerank_components/{model}/{part}/{chunk}"),
     benchmark:
-        "stats/{dataset}/rerank_components/{model}/{part}/{chunk}.tsv"
+        benchmark_path("rerank_components/{model}/{part}/{chunk}")
     wildcard_constraints:
         model=M3_MODELS,
     conda:
@@ -76,9 +76,9 @@ rule fuse:
         trec=path("trec", system="{model}/{method}"),
         components=path("components", system="{model}/{method}"),
     log:
-        "logs/{dataset}/fuse/{model}/{part}/{method}.log",
+        log_path("fuse/{model}/{part}/{method}"),
     benchmark:
-        "stats/{dataset}/fuse/{model}/{part}/{method}.tsv"
+        benchmark_path("fuse/{model}/{part}/{method}")
     wildcard_constraints:
         model=M3_MODELS,
         method=_alternatives(FUSED),
@@ -91,10 +91,8 @@ rule fuse:
         weights=lambda wc: {
             c: MODELS[wc.model]["weights"][c] for c in FUSED_COMPONENTS[wc.method]
         },
-        depth=lambda wc: (
-            config["hits"]
-            if wc.method == "dense+sparse"
-            else MODELS[wc.model]["rerank_depth"]
+        depth=lambda wc: fused_depth(
+            wc.method, config["hits"], MODELS[wc.model]["rerank_depth"]
         ),
         tag=lambda wc: f"{wc.model}/{wc.method}",
     script:

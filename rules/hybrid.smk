@@ -12,9 +12,9 @@ rule hybrid:
         run=path("run", system="{hybrid}"),
         trec=path("trec", system="{hybrid}"),
     log:
-        "logs/{dataset}/hybrid/{hybrid}/{part}.log",
+        log_path("hybrid/{hybrid}/{part}"),
     benchmark:
-        "stats/{dataset}/hybrid/{hybrid}/{part}.tsv"
+        benchmark_path("hybrid/{hybrid}/{part}")
     wildcard_constraints:
         hybrid=_alternatives(HYBRIDS),
     conda:

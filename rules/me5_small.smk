@@ -8,9 +8,9 @@ rule me5_small_checkpoint:
     output:
         directory(PATHS["me5_small"]),
     log:
-        "logs/models/me5-small.log",
+        log_path("me5-small", scope="models"),
     benchmark:
-        "stats/models/me5-small.tsv"
+        benchmark_path("me5-small", scope="models")
     conda:
         "../envs/me5_small.yaml"
     threads: 1

@@ -16,9 +16,9 @@ rule tiny_model:
     output:
         directory(PATHS["tiny_model"]),
     log:
-        "logs/models/tiny-{tiny}.log",
+        log_path("tiny-{tiny}", scope="models"),
     benchmark:
-        "stats/models/tiny-{tiny}.tsv"
+        benchmark_path("tiny-{tiny}", scope="models")
     wildcard_constraints:
         tiny=_alternatives(TINY_KINDS),
     conda:

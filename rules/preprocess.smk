@@ -7,9 +7,9 @@ checkpoint preprocess_corpus:
     output:
         PATHS["corpus"],
     log:
-        "logs/{dataset}/preprocess_corpus/{corpus}.log",
+        log_path("preprocess_corpus/{corpus}"),
     benchmark:
-        "stats/{dataset}/preprocess_corpus/{corpus}.tsv"
+        benchmark_path("preprocess_corpus/{corpus}")
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -29,9 +29,9 @@ checkpoint preprocess_topics:
         queries=PATHS["queries"],
         qrels=PATHS["qrels"],
     log:
-        "logs/{dataset}/preprocess_topics/{part}.log",
+        log_path("preprocess_topics/{part}"),
     benchmark:
-        "stats/{dataset}/preprocess_topics/{part}.tsv"
+        benchmark_path("preprocess_topics/{part}")
     conda:
         "../envs/data.yaml"
     threads: 1
@@ -54,9 +54,9 @@ rule judged_not_in_corpus:
             subcategory="Judged passages not in the corpus",
         ),
     log:
-        "logs/{dataset}/judged_not_in_corpus/{part}.log",
+        log_path("judged_not_in_corpus/{part}"),
     benchmark:
-        "stats/{dataset}/judged_not_in_corpus/{part}.tsv"
+        benchmark_path("judged_not_in_corpus/{part}")
     conda:
         "../envs/data.yaml"
     threads: 1

@@ -4,17 +4,17 @@
 # configuration, the judged passages missing from each corpus, and every stage's time and peak
 # memory. All of it is built by the default target (rule all) and by `report_inputs`.
 
-from miracl_eval.metrics import MEASURES, PRIMARY
-from miracl_eval.report import measure_label, sensitivity_weights
-from miracl_eval.report_plan import (
+from miracl_eval.evaluation.metrics import MEASURES, PRIMARY
+from miracl_eval.report.html import measure_label
+from miracl_eval.report.sensitivity import sensitivity_weights
+from miracl_eval.report.plan import (
     comparison_pairs,
-    report_inputs,
     run_settings,
     swept_rows,
 )
-from miracl_eval.sensitivity import DEFAULT_WEIGHTS
-from miracl_eval.significance import N_BOOTSTRAP, N_PERMUTATIONS, SEED
-from miracl_eval.stage_costs import plain_pattern
+from miracl_eval.evaluation.sensitivity import DEFAULT_WEIGHTS
+from miracl_eval.evaluation.significance import N_BOOTSTRAP, N_PERMUTATIONS, SEED
+from miracl_eval.report.stage_costs import plain_pattern
 
 MEASURE_NAMES = {m.key: m.name for m in MEASURES}
 REPORT_PAIRS = comparison_pairs(METHODS, HYBRIDS)
@@ -40,38 +40,43 @@ SIGNIFICANCE = {
 RUN_RECORDS = [PATHS["effective_config"]] + expand(
     path("judged_not_in_corpus", dataset="{{dataset}}"), part=PARTS
 )
+
+
 REPORT_TARGETS = (
-    report_inputs(DATASET.name, MEASURE_KEYS, METHODS, HYBRIDS)
+    report_inputs(DATASET.name)
     + expand(RUN_RECORDS, dataset=DATASET.name)
-    + [f"results/{DATASET.name}_stage_costs.{ext}" for ext in ("tsv", "html")]
+    + [
+        path("report_file", dataset=DATASET.name, page="stage_costs", ext=ext)
+        for ext in ("tsv", "html")
+    ]
 )
 
 
 rule report_results:
     input:
         table=report(
-            "results/{dataset}_{measure}.tsv",
+            PATHS["table"],
             caption="../report/results.rst",
             category="Results",
             subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
         ),
     output:
         html=report(
-            "results/{dataset}_{measure}.html",
+            path("report_file", page="{measure}", ext="html"),
             caption="../report/results.rst",
             category="Results",
             subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
         ),
         chart=report(
-            "results/{dataset}_{measure}.svg",
+            path("report_file", page="{measure}", ext="svg"),
             caption="../report/results.rst",
             category="Results",
             subcategory=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
         ),
     log:
-        "logs/{dataset}/report_results/{measure}.log",
+        log_path("report_results/{measure}"),
     benchmark:
-        "stats/{dataset}/report_results/{measure}.tsv"
+        benchmark_path("report_results/{measure}")
     wildcard_constraints:
         measure=_alternatives(MEASURE_KEYS),
     localrule: True
@@ -102,9 +107,9 @@ rule comparability:
             category="Results vs published",
         ),
     log:
-        "logs/{dataset}/comparability.log",
+        log_path("comparability"),
     benchmark:
-        "stats/{dataset}/comparability.tsv"
+        benchmark_path("comparability")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -126,19 +131,19 @@ rule report_published:
         comparability=PATHS["comparability"],
     output:
         tsv=report(
-            "results/{dataset}_published.tsv",
+            path("report_file", page="published", ext="tsv"),
             caption="../report/published.rst",
             category="Results vs published",
         ),
         html=report(
-            "results/{dataset}_published.html",
+            path("report_file", page="published", ext="html"),
             caption="../report/published.rst",
             category="Results vs published",
         ),
     log:
-        "logs/{dataset}/report_published.log",
+        log_path("report_published"),
     benchmark:
-        "stats/{dataset}/report_published.tsv"
+        benchmark_path("report_published")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -159,21 +164,21 @@ rule report_significance:
         PER_QUERY,
     output:
         tsv=report(
-            "results/{dataset}_significance.tsv",
+            path("report_file", page="significance", ext="tsv"),
             caption="../report/significance.rst",
             category="Significance",
             subcategory="Paired tests",
         ),
         html=report(
-            "results/{dataset}_significance.html",
+            path("report_file", page="significance", ext="html"),
             caption="../report/significance.rst",
             category="Significance",
             subcategory="Paired tests",
         ),
     log:
-        "logs/{dataset}/report_significance.log",
+        log_path("report_significance"),
     benchmark:
-        "stats/{dataset}/report_significance.tsv"
+        benchmark_path("report_significance")
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -197,21 +202,21 @@ rule report_top_differences:
         queries=expand(path("queries", dataset="{{dataset}}"), part=PARTS),
     output:
         tsv=report(
-            "results/{dataset}_top_differences.tsv",
+            path("report_file", page="top_differences", ext="tsv"),
             caption="../report/top_differences.rst",
             category="Significance",
             subcategory="Top wins and losses",
         ),
         html=report(
-            "results/{dataset}_top_differences.html",
+            path("report_file", page="top_differences", ext="html"),
             caption="../report/top_differences.rst",
             category="Significance",
             subcategory="Top wins and losses",
         ),
     log:
-        "logs/{dataset}/report_top_differences.log",
+        log_path("report_top_differences"),
     benchmark:
-        "stats/{dataset}/report_top_differences.tsv"
+        benchmark_path("report_top_differences")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -239,19 +244,19 @@ rule report_sensitivity:
         qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
     output:
         tsv=report(
-            "results/{dataset}_sensitivity.tsv",
+            path("report_file", page="sensitivity", ext="tsv"),
             caption="../report/sensitivity.rst",
             category="Sensitivity (fusion weight)",
         ),
         chart=report(
-            "results/{dataset}_sensitivity.svg",
+            path("report_file", page="sensitivity", ext="svg"),
             caption="../report/sensitivity.rst",
             category="Sensitivity (fusion weight)",
         ),
     log:
-        "logs/{dataset}/report_sensitivity.log",
+        log_path("report_sensitivity"),
     benchmark:
-        "stats/{dataset}/report_sensitivity.tsv"
+        benchmark_path("report_sensitivity")
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -274,21 +279,21 @@ rule report_settings:
         version=PATHS["data_version"],
     output:
         tsv=report(
-            "results/{dataset}_settings.tsv",
+            path("report_file", page="settings", ext="tsv"),
             caption="../report/settings.rst",
             category="Run settings and costs",
             subcategory="Settings",
         ),
         html=report(
-            "results/{dataset}_settings.html",
+            path("report_file", page="settings", ext="html"),
             caption="../report/settings.rst",
             category="Run settings and costs",
             subcategory="Settings",
         ),
     log:
-        "logs/{dataset}/report_settings.log",
+        log_path("report_settings"),
     benchmark:
-        "stats/{dataset}/report_settings.tsv"
+        benchmark_path("report_settings")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -315,9 +320,9 @@ rule effective_config:
             subcategory="Effective configuration",
         ),
     log:
-        "logs/{dataset}/effective_config.log",
+        log_path("effective_config"),
     benchmark:
-        "stats/{dataset}/effective_config.tsv"
+        benchmark_path("effective_config")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -333,25 +338,25 @@ rule effective_config:
 rule report_stage_costs:
     input:
         expand(path("table", dataset="{{dataset}}"), measure=MEASURE_KEYS),
-        report_inputs("{dataset}", MEASURE_KEYS, METHODS, HYBRIDS),
+        report_inputs("{dataset}"),
         RUN_RECORDS,
     output:
         tsv=report(
-            "results/{dataset}_stage_costs.tsv",
+            path("report_file", page="stage_costs", ext="tsv"),
             caption="../report/stage_costs.rst",
             category="Run settings and costs",
             subcategory="Stage costs",
         ),
         html=report(
-            "results/{dataset}_stage_costs.html",
+            path("report_file", page="stage_costs", ext="html"),
             caption="../report/stage_costs.rst",
             category="Run settings and costs",
             subcategory="Stage costs",
         ),
     log:
-        "logs/{dataset}/report_stage_costs.log",
+        log_path("report_stage_costs"),
     benchmark:
-        "stats/{dataset}/report_stage_costs.tsv"
+        benchmark_path("report_stage_costs")
     localrule: True
     conda:
         "../envs/report.yaml"
@@ -385,8 +390,7 @@ rule report_stage_costs:
         + (
             []
             if any(
-                s["checkpoint"].startswith("resources/models/")
-                for s in MODELS.values()
+                s["checkpoint"].startswith(BUILT_CHECKPOINTS) for s in MODELS.values()
             )
             else ["tiny_model"]
         )

@@ -9,9 +9,9 @@ rule sparse_index:
     output:
         directory(PATHS["sparse_index"]),
     log:
-        "logs/{dataset}/sparse_index/{model}/{corpus}.log",
+        log_path("sparse_index/{model}/{corpus}"),
     benchmark:
-        "stats/{dataset}/sparse_index/{model}/{corpus}.tsv"
+        benchmark_path("sparse_index/{model}/{corpus}")
     wildcard_constraints:
         model=_alternatives(models_with("sparse")),
     conda:
@@ -34,9 +34,9 @@ rule sparse_search:
         run=path("run", system="{model}/sparse"),
         trec=path("trec", system="{model}/sparse"),
     log:
-        "logs/{dataset}/sparse_search/{model}/{part}.log",
+        log_path("sparse_search/{model}/{part}"),
     benchmark:
-        "stats/{dataset}/sparse_search/{model}/{part}.tsv"
+        benchmark_path("sparse_search/{model}/{part}")
     wildcard_constraints:
         model=_alternatives(models_with("sparse")),
     conda:

@@ -2,9 +2,9 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.datasets import get_dataset  # noqa: E402
-from miracl_eval.download import download_corpus  # noqa: E402
-from miracl_eval.stage import run_stage  # noqa: E402
+from miracl_eval.inputs.datasets import get_dataset
+from miracl_eval.inputs.download import download_corpus
+from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(

@@ -2,8 +2,8 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.rerank import fuse_stage  # noqa: E402
-from miracl_eval.stage import run_stage  # noqa: E402
+from miracl_eval.fusion.weighted import fuse_stage
+from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(

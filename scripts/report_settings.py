@@ -2,9 +2,9 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.download import read_version  # noqa: E402
-from miracl_eval.report import settings_stage  # noqa: E402
-from miracl_eval.stage import run_stage  # noqa: E402
+from miracl_eval.inputs.download import read_version
+from miracl_eval.jobs.runner import run_stage
+from miracl_eval.report.settings import settings_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(

@@ -2,8 +2,8 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.preload import Call, plain  # noqa: E402
-from miracl_eval.stage import run_stage  # noqa: E402
+from miracl_eval.jobs.preload import Call, plain
+from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 i, p = sm.input, sm.params
@@ -17,7 +17,7 @@ scored = {
 run_stage(
     sm,
     Call(
-        "miracl_eval.rerank",
+        "miracl_eval.fusion.components",
         "rerank_components_stage",
         plain((i.dense_run, p.depth, i.queries, p.chunk_size, int(sm.wildcards.chunk), scored)),
         plain(dict(spec=p.spec, corpus=i.corpus, batch_size=p.batch_size, device=p.device, dtype=p.dtype)),

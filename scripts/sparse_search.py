@@ -2,8 +2,8 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.sparse import sparse_search  # noqa: E402
-from miracl_eval.stage import run_stage  # noqa: E402
+from miracl_eval.jobs.runner import run_stage
+from miracl_eval.lucene.sparse import sparse_search
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(

@@ -3,11 +3,12 @@
 * :mod:`.registry` (no torch: the Snakefile imports it): the families, their settings, specs;
 * :mod:`.base`: the shared machinery (device, checkpoint, tokenization, batching, CUDA copies);
 * :mod:`.bge_m3`, :mod:`.dense`, :mod:`.splade`: the families;
-* :mod:`.stages`: the encoding stages (a corpus shard, the queries) to Parquet.
+* :mod:`.encode`: the encoding stages (a corpus shard, the queries) to Parquet;
+* :mod:`.outputs`: reading the stored vectors and lexical weights (no torch).
 """
 
 #: what an encoding job imports before its first text; a preload server imports them once for all
-#: of a run's encoding jobs (:mod:`miracl_eval.preload`, the ``PRELOAD`` of :mod:`.stages`)
+#: of a run's encoding jobs (:mod:`miracl_eval.jobs.preload`, the ``PRELOAD`` of :mod:`.encode`)
 PRELOAD_MODULES = (
     "torch",
     "transformers.modeling_utils",

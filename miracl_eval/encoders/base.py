@@ -29,8 +29,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DownloadError, InputError, MiraclEvalError
-from .checkpoints import check_checkpoint
+from miracl_eval.encoders.checkpoints import check_checkpoint
+from miracl_eval.errors import ConfigError, DownloadError, InputError, MiraclEvalError
 
 Role = Literal["query", "passage"]
 ROLES: tuple[Role, ...] = ("query", "passage")

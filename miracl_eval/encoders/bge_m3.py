@@ -32,8 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
-from .base import (
+from miracl_eval.encoders.base import (
     DENSE,
     SPARSE,
     Batch,
@@ -44,6 +43,7 @@ from .base import (
     load_checkpoint,
     resolve_model_dir,
 )
+from miracl_eval.errors import InputError
 
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from miracl_eval.errors import InputError
 
 _WEIGHT_FILES = (
     "model.safetensors",

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
-from .base import DENSE, Checkpoint, Role, TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.encoders.base import DENSE, Checkpoint, Role, TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.errors import InputError
 
 
 class DenseEncoder(TransformerEncoder):

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from ..errors import ConfigError
-from ..preprocess import check_template
+from miracl_eval.errors import ConfigError
+from miracl_eval.inputs.preprocess import check_template
 
 if TYPE_CHECKING:
-    from .base import Encoder
+    from miracl_eval.encoders.base import Encoder
 
 
 def _max_length(role: str) -> dict[str, Any]:

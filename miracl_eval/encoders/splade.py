@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import SPARSE, Batch, TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.encoders.base import SPARSE, Batch, TransformerEncoder, load_checkpoint, resolve_model_dir
 
 
 class SpladeEncoder(TransformerEncoder):

@@ -1,0 +1,101 @@
+"""Named models: the config's ``models`` mapping resolved into full specs (presets, overrides, family defaults).
+
+A key of ``models`` is the model's name and its cache key (every file of the model lives under it). A name
+that is a shipped preset (``data/presets.yaml``) needs no settings; settings given override the preset's.
+Any other name must say its ``family`` and ``checkpoint``. A resolved spec is a plain dict holding the
+family, the checkpoint and every setting of the family, defaults filled in; it is what the rules pass to
+the jobs in ``params`` (so that a changed setting re-runs exactly that model's jobs).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miracl_eval.config.schema_tools import coerce_strings, first_error
+from miracl_eval.encoders.checkpoints import check_checkpoint
+from miracl_eval.encoders.registry import FAMILIES
+from miracl_eval.errors import ConfigError, InputError
+
+PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "presets.yaml"
+#: a model name: a path segment that is not a method name
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RESERVED = frozenset({"bm25"})
+#: where the workflow's own rules build checkpoints (a tiny model, me5-small): an input of the model's
+#: jobs, checked when loaded, not at start-up (it may not be built yet)
+BUILT_CHECKPOINTS = "resources/models/"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    source: str
+    settings: Mapping[str, Any]
+
+
+@cache
+def presets() -> dict[str, Preset]:
+    """The shipped presets, by name."""
+    data = yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8"))
+    return {name: Preset(name, entry["source"], entry["settings"]) for name, entry in data.items()}
+
+
+def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The full spec of model ``name`` from its config entry; ConfigError names ``models.<name>...``."""
+    key = f"models.{name}"
+    if not NAME.match(name) or name in RESERVED:
+        raise ConfigError(key, "a model name is letters, digits, '.', '_' and '-' (and not 'bm25')")
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(key, f"must be a mapping of settings (or {{}} for a preset), not {given!r}")
+    preset = presets().get(name)
+    spec: dict[str, Any] = copy.deepcopy(dict(preset.settings)) if preset else {}
+    if preset and "family" in given and given["family"] != spec["family"]:
+        spec = {}  # a preset's name used for a model of another family: the preset does not apply
+    _merge(spec, given)
+    if "family" not in spec:
+        raise ConfigError(
+            f"{key}.family",
+            f"is required ('{name}' is not a preset; presets: {', '.join(presets())}; families: {', '.join(FAMILIES)})",
+        )
+    family = FAMILIES.get(spec["family"])
+    if family is None:
+        raise ConfigError(f"{key}.family", f"unknown family {spec['family']!r}; valid: {', '.join(FAMILIES)}")
+    schema = family.schema()
+    spec = coerce_strings(spec, schema)
+    template = spec.get("query_template")
+    if template is not None and "{query}" not in template:
+        raise ConfigError(f"{key}.query_template", "must contain '{query}'")
+    err = first_error(spec, schema)
+    if err is not None:
+        raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
+    spec = family.resolve({k: v for k, v in spec.items() if k != "family"}, key)
+    folder = Path(spec["checkpoint"]).expanduser()
+    if folder.is_dir() and not spec["checkpoint"].startswith(BUILT_CHECKPOINTS):
+        try:
+            check_checkpoint(folder)
+        except InputError as err:
+            raise ConfigError(f"{key}.checkpoint", str(err)) from None
+    return spec
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), Mapping):
+            inner = dict(base[k])
+            _merge(inner, v)
+            base[k] = inner
+        else:
+            base[k] = copy.deepcopy(v)
+
+
+def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: resolve_model(name, given) for name, given in models.items()}

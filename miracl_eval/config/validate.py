@@ -1,0 +1,114 @@
+"""Configuration: validated against ``schema.yaml`` at start-up; errors name the key."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miracl_eval.config.hybrids import HYBRID_SCHEMA, check_hybrid
+from miracl_eval.config.models import resolve_models
+from miracl_eval.config.schema_tools import coerce_strings, fill_defaults, first_error
+from miracl_eval.config.systems import parse_methods
+from miracl_eval.errors import ConfigError
+from miracl_eval.inputs.datasets import get_dataset
+from miracl_eval.inputs.preprocess import check_template
+
+PLACEHOLDERS = ("{lang}", "{partition}")
+
+
+#: keys of the one-model layout, with the form that replaces each
+LEGACY_KEYS: Mapping[str, str] = {
+    "model": "models: {bge-m3: {checkpoint: PATH_OR_HUB_ID}} (each model is named under `models`)",
+    "fusion": "models: {bge-m3: {weights: {dense: 1.0, sparse: 0.3, multivec: 1.0}}}",
+    "sparse_quantization": "models: {bge-m3: {quantization: {scale: 100, rounding: ceil}}}",
+    "rerank_depth": "models: {bge-m3: {rerank_depth: 200}}",
+    "encoder.query_max_length": "models: {bge-m3: {query_max_length: 256}}",
+    "encoder.passage_max_length": "models: {bge-m3: {passage_max_length: 512}}",
+}
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The config's JSON schema, with the hybrids' settings schema from :mod:`miracl_eval.fusion.hybrids`."""
+    text = (Path(__file__).parent / "schema.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    data["$defs"] = {"hybrid": copy.deepcopy(dict(HYBRID_SCHEMA))}
+    return data
+
+
+def _check_legacy(cfg: Mapping[str, Any]) -> None:
+    for key, new in LEGACY_KEYS.items():
+        head, _, tail = key.partition(".")
+        present = head in cfg if not tail else isinstance(cfg.get(head), Mapping) and tail in cfg[head]
+        if present:
+            raise ConfigError(key, f"is no longer a setting; write instead: {new}")
+
+
+def _resolve_schema_refs(node: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` with ``$ref``s to ``#/$defs/...`` replaced (for string coercion and defaults)."""
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return _resolve_schema_refs(root["$defs"][name], root)
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if isinstance(v, Mapping):
+            out[k] = (
+                _resolve_schema_refs(v, root)
+                if k != "properties"
+                else {pk: _resolve_schema_refs(pv, root) for pk, pv in v.items()}
+            )
+        else:
+            out[k] = v
+    return out
+
+
+def validate(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` and return a copy with defaults filled in and every model resolved.
+
+    Strings are converted where the schema wants numbers, integers or booleans (nested ``--config``
+    values arrive as strings). Raises :class:`ConfigError` naming the first offending key.
+    """
+    _check_legacy(config)
+    full = _resolve_schema_refs(schema(), schema())
+    cfg = coerce_strings(copy.deepcopy(dict(config)), full)
+    err = first_error(cfg, schema())
+    if err is not None:
+        raise ConfigError(err[0] or "(top level)", err[1])
+    fill_defaults(cfg, full)
+    cfg["models"] = resolve_models(cfg["models"])
+    for name, hybrid in cfg["hybrids"].items():
+        check_hybrid(name, hybrid)
+    parse_methods(cfg["methods"], cfg["models"], cfg["hybrids"])
+    dataset = get_dataset(cfg["dataset"])
+    bad = [p for p in cfg["languages"] if p not in dataset.partitions]
+    if bad:
+        raise ConfigError(
+            "languages",
+            f"unknown code(s) {', '.join(map(repr, bad))} for {dataset.name}; valid: {', '.join(dataset.partitions)}",
+        )
+    if cfg["split"] is None:
+        cfg["split"] = dataset.default_split
+    if cfg["title_join"] is None:
+        cfg["title_join"] = dataset.title_join
+    try:
+        check_template(cfg["title_join"])
+    except ValueError as err:
+        raise ConfigError("title_join", str(err)) from None
+    src = cfg.get("source")
+    if src:
+        per_partition = ("topics", "qrels") if dataset.shared_corpus else ("corpus", "topics", "qrels")
+        for name in per_partition:
+            if len(cfg["languages"]) > 1 and not any(p in src[name] for p in PLACEHOLDERS):
+                raise ConfigError(f"source.{name}", "must contain '{lang}' when several languages are evaluated")
+    return cfg
+
+
+def fill_placeholders(template: str, partition: str) -> str:
+    """Replace ``{lang}`` / ``{partition}`` in a local source path."""
+    return template.replace("{lang}", partition).replace("{partition}", partition)

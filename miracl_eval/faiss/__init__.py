@@ -1,0 +1,1 @@
+"""Dense retrieval with Faiss: indexes (rule ``dense_index``) and search (rule ``dense_search``)."""

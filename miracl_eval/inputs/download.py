@@ -1,0 +1,162 @@
+"""Downloads from the Hugging Face hub (corpus shards, topics, qrels), atomically.
+
+Offline, or when the hub cannot be reached, a download fails with one sentence that says how to
+point the config at local files instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from miracl_eval.atomic import atomic_output, write_text_atomic
+from miracl_eval.errors import DownloadError
+from miracl_eval.inputs.datasets import Dataset
+
+OFFLINE_HINT = (
+    "to run without the hub, set source.corpus, source.topics and source.qrels in the config "
+    "to local files ('{lang}' in a path is replaced by each language or partition)"
+)
+
+
+def _fail(what: str, repo: str, err: BaseException) -> DownloadError:
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return DownloadError(
+        f"Could not download {what} from the Hugging Face hub dataset '{repo}' ({type(err).__name__}: "
+        f"{reason[:200]}); {OFFLINE_HINT}."
+    )
+
+
+def _hub_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(repo, filename, repo_type="dataset", revision=revision, cache_dir=cache_dir)
+
+
+def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[str]:
+    """The hub paths of a corpus's files (MIRACL: ``miracl-corpus-v1.0-{lang}/docs-*.jsonl.gz``)."""
+    from huggingface_hub import HfApi
+
+    hub = dataset.hub
+    prefix = hub.corpus_prefix.format(part=corpus)
+    try:
+        files = HfApi().list_repo_files(hub.corpus_repo, repo_type="dataset", revision=revision)
+    except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
+        raise _fail(f"the file list of the {corpus} corpus", hub.corpus_repo, err) from err
+    chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(hub.corpus_suffix))
+    if not chosen:
+        raise DownloadError(f"the hub dataset '{hub.corpus_repo}' has no files under '{prefix}'; {OFFLINE_HINT}.")
+    return chosen
+
+
+def download_corpus(
+    dataset: Dataset,
+    corpus: str,
+    output_dir: str | os.PathLike[str],
+    revision: str = "main",
+    cache_dir: str | None = None,
+) -> list[Path]:
+    """Download every file of a corpus into ``output_dir`` (created atomically)."""
+    names = corpus_files(dataset, corpus, revision)
+    out: list[Path] = []
+    with atomic_output(output_dir, directory=True) as tmp:
+        for i, name in enumerate(names):
+            try:
+                local = _hub_download(dataset.hub.corpus_repo, name, revision, cache_dir)
+            except Exception as err:  # noqa: BLE001
+                raise _fail(f"'{name}'", dataset.hub.corpus_repo, err) from err
+            target = tmp / f"{i:04d}-{Path(name).name}"
+            shutil.copyfile(local, target)
+            out.append(Path(output_dir) / target.name)
+    return out
+
+
+# --------------------------------------------------------------------------- versions
+
+AUTO = "auto"
+#: what the version file holds when the version of local topics and qrels is not known
+UNKNOWN_VERSION = "unknown"
+VERSION_SETTING = "hub.messirve_version"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"[0-9]+", version))
+
+
+def versions_in(dataset: Dataset, files: Iterable[str]) -> list[str]:
+    """The releases of topics and qrels among a hub repository's file names, oldest first."""
+    if dataset.hub.version_pattern is None:
+        return []
+    pattern = re.compile(dataset.hub.version_pattern)
+    found = {m.group("version") for f in files if (m := pattern.search(f))}
+    return sorted(found, key=_version_key)
+
+
+def resolve_version(dataset: Dataset, setting: str = AUTO, from_hub: bool = True, revision: str = "main") -> str | None:
+    """The release of the topics and qrels a run uses: the dataset's fixed one (MIRACL v1.0), the
+    pinned ``setting``, or with ``auto`` the newest present in the hub repository's file list
+    (None for local files: unknown)."""
+    if dataset.version is not None:
+        return dataset.version
+    if setting != AUTO:
+        return setting
+    if not from_hub:
+        return None
+    from huggingface_hub import HfApi
+
+    repo = dataset.hub.topics_repo
+    try:
+        files = HfApi().list_repo_files(repo, repo_type="dataset", revision=revision)
+    except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
+        raise _fail(
+            f"the file list (to find the newest release; or pin one with {VERSION_SETTING})", repo, err
+        ) from err
+    versions = versions_in(dataset, files)
+    if not versions:
+        raise DownloadError(
+            f"the hub dataset '{repo}' has no versioned topics or qrels files at revision {revision}; {OFFLINE_HINT}."
+        )
+    return versions[-1]
+
+
+def version_stage(
+    dataset: Dataset, setting: str, from_hub: bool, revision: str, output: str | os.PathLike[str]
+) -> str | None:
+    """Stage entry point: write the release (:func:`resolve_version`) to ``output``, one line."""
+    version = resolve_version(dataset, setting, from_hub, revision)
+    write_text_atomic(output, f"{version or UNKNOWN_VERSION}\n")
+    return version
+
+
+def read_version(path: str | os.PathLike[str]) -> str | None:
+    """The release written by :func:`version_stage` (None when unknown)."""
+    text = Path(path).read_text(encoding="utf-8").strip()
+    return None if text == UNKNOWN_VERSION else text
+
+
+def download_topics_qrels(
+    dataset: Dataset,
+    partition: str,
+    split: str,
+    topics_out: str | os.PathLike[str],
+    qrels_out: str | os.PathLike[str],
+    revision: str = "main",
+    cache_dir: str | None = None,
+    version: str | None = None,
+) -> None:
+    """Download one partition's topics and qrels files of one release (default: the dataset's fixed one)."""
+    hub = dataset.hub
+    release = version or dataset.version
+    if release is None:
+        raise DownloadError(f"{dataset.name}: no release of the topics and qrels was chosen ({VERSION_SETTING})")
+    for template, out in ((hub.topics_file, topics_out), (hub.qrels_file, qrels_out)):
+        name = template.format(part=partition, split=split, version=release)
+        try:
+            local = _hub_download(hub.topics_repo, name, revision, cache_dir)
+        except Exception as err:  # noqa: BLE001
+            raise _fail(f"'{name}'", hub.topics_repo, err) from err
+        with atomic_output(out) as tmp:
+            shutil.copyfile(local, tmp)

@@ -1,0 +1,189 @@
+"""Preprocessing: raw corpus, topics and qrels files to the Parquet tables every later stage reads.
+
+The corpus is streamed: passages are validated and written in record batches, and duplicate
+docids are found from 8-byte hashes (a second pass over the input names the exact lines only
+when two hashes collide), so memory stays small on corpora of tens of millions of passages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from miracl_eval import schemas
+from miracl_eval.errors import InputError
+from miracl_eval.inputs.loading import iter_corpus, iter_qrels, iter_topics
+
+log = logging.getLogger(__name__)
+
+
+def join_title(title: str, text: str, template: str) -> str:
+    """Append the title to the passage as ``template`` says (``"{title} {text}"`` for MIRACL).
+
+    A passage without a title keeps its text unchanged.
+    """
+    if not title:
+        return text
+    return template.format(title=title, text=text)
+
+
+def check_template(template: str) -> None:
+    try:
+        out = template.format(title="T", text="X")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"title join template {template!r} is invalid ({err})") from None
+    if "T" not in out or "X" not in out:
+        raise ValueError(f"title join template {template!r} must use both {{title}} and {{text}}")
+
+
+@dataclass
+class CorpusStats:
+    passages: int
+    files: int
+
+
+def _find_duplicate(paths: Sequence[Path], suspects: set[int]) -> None:
+    first: dict[str, tuple[Path, int]] = {}
+    for path in paths:
+        for lineno, passage in iter_corpus(path):
+            if hash(passage.docid) not in suspects:
+                continue
+            if passage.docid in first:
+                fpath, fline = first[passage.docid]
+                where = f"line {fline}" if fpath == path else f"{fpath}, line {fline}"
+                raise InputError(path, f"duplicate docid {passage.docid} (first seen at {where})", lineno)
+            first[passage.docid] = (path, lineno)
+
+
+def build_corpus(
+    inputs: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    template: str,
+    batch_rows: int = schemas.BATCH_ROWS,
+) -> CorpusStats:
+    """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents)."""
+    check_template(template)
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise ValueError("no corpus files given")
+    hashes = array("q")
+    with schemas.StreamWriter(output, schemas.CORPUS) as writer:
+        cols: dict[str, list[str]] = {name: [] for name in schemas.CORPUS.names}
+        for path in paths:
+            for _, p in iter_corpus(path):
+                hashes.append(hash(p.docid))
+                cols["docid"].append(p.docid)
+                cols["title"].append(p.title)
+                cols["text"].append(p.text)
+                cols["contents"].append(join_title(p.title, p.text, template))
+                if len(cols["docid"]) >= batch_rows:
+                    writer.write(cols)
+                    cols = {name: [] for name in schemas.CORPUS.names}
+        if not hashes:
+            raise InputError(paths[0] if len(paths) == 1 else ", ".join(map(str, paths)), "the corpus is empty")
+        h = np.frombuffer(hashes, dtype=np.int64).copy()
+        h.sort()
+        dup = h[1:][h[1:] == h[:-1]]
+        if dup.size:
+            _find_duplicate(paths, set(int(x) for x in dup))
+        if cols["docid"]:
+            writer.write(cols)
+    return CorpusStats(passages=len(hashes), files=len(paths))
+
+
+def build_queries(topics: str | os.PathLike[str], output: str | os.PathLike[str]) -> int:
+    """Validate a topics file and write ``queries.parquet`` (qid, query). Returns the count."""
+    qids: list[str] = []
+    queries: list[str] = []
+    for _, qid, query in iter_topics(topics):
+        qids.append(qid)
+        queries.append(query)
+    if not qids:
+        raise InputError(topics, "no queries")
+    schemas.write_table(schemas.pa.table({"qid": qids, "query": queries}), output, schemas.QUERIES)
+    return len(qids)
+
+
+@dataclass
+class QrelsStats:
+    judgements: int
+    queries: int
+    unknown_queries: int
+    unknown_judgements: int
+
+
+def build_qrels(
+    qrels: str | os.PathLike[str],
+    queries_parquet: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+) -> QrelsStats:
+    """Validate a qrels file and write ``qrels.parquet`` (qid, docid, relevance).
+
+    Judgements of queries that are not in the topics are counted, reported and left out: they
+    could never be retrieved. Everything else is kept as given.
+    """
+    known = set(schemas.read_table(queries_parquet, schemas.QUERIES).column("qid").to_pylist())
+    rows: dict[str, list] = {"qid": [], "docid": [], "relevance": []}
+    unknown: dict[str, int] = {}
+    for _, qid, docid, rel in iter_qrels(qrels):
+        if qid not in known:
+            unknown[qid] = unknown.get(qid, 0) + 1
+            continue
+        rows["qid"].append(qid)
+        rows["docid"].append(docid)
+        rows["relevance"].append(rel)
+    if not rows["qid"]:
+        raise InputError(qrels, "no judgements for any query of the topics")
+    if unknown:
+        sample = ", ".join(sorted(unknown)[:5])
+        log.warning(
+            "%s: %d judgements of %d queries that are not in the topics were left out (e.g. %s)",
+            qrels, sum(unknown.values()), len(unknown), sample,
+        )  # fmt: skip
+    schemas.write_table(schemas.pa.table(rows), output, schemas.QRELS)
+    return QrelsStats(
+        judgements=len(rows["qid"]),
+        queries=len(set(rows["qid"])),
+        unknown_queries=len(unknown),
+        unknown_judgements=sum(unknown.values()),
+    )
+
+
+def corpus_inputs(source: str | os.PathLike[str]) -> list[Path]:
+    """A corpus source is one file, or a folder of shards (as downloaded from the hub)."""
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise InputError(path, "the corpus folder holds no files")
+        return files
+    if not path.exists():
+        raise InputError(path, "the corpus file does not exist")
+    return [path]
+
+
+def build_corpus_from(source: str | os.PathLike[str], output: str | os.PathLike[str], template: str) -> CorpusStats:
+    """Stage entry point: preprocess a corpus file or folder of shards."""
+    return build_corpus(corpus_inputs(source), output, template)
+
+
+def build_topics(
+    topics: str | os.PathLike[str],
+    qrels: str | os.PathLike[str],
+    queries_out: str | os.PathLike[str],
+    qrels_out: str | os.PathLike[str],
+) -> QrelsStats:
+    """Stage entry point: topics and qrels of one partition to Parquet."""
+    n = build_queries(topics, queries_out)
+    log.info("%s: %d queries", topics, n)
+    try:
+        return build_qrels(qrels, queries_out, qrels_out)
+    except BaseException:
+        Path(queries_out).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,126 @@
+"""One GPU of its own for every GPU job on a machine with several: a device lease held by a lock file.
+
+Snakemake's ``--resources gpu=N`` lets N jobs that declare ``gpu=1`` run at once but does not say
+which device each one may use, so all of them would use ``cuda`` (device 0). :func:`lease_gpus` gives
+a job devices that no other job holds: it takes an exclusive ``flock`` on one lock file per device
+(``gpu-{device}.lock`` in :func:`lock_dir`), the first free ones in order, waiting while none is free,
+and points ``CUDA_VISIBLE_DEVICES`` at them for the job's process and its children (CUDA, torch and
+Faiss read it when they first touch a GPU, which is after the lease). A lock belongs to the open file:
+it lasts as long as the job's process, and the kernel frees it when the process ends, however it
+ends, so a killed job never keeps a device. Jobs of several workflows on one machine share the same
+lock files, so they never share a device either.
+
+The devices: ``MIRACL_EVAL_GPUS`` (a count, ``4``, or a list, ``0,2,3``) if set; else the list in
+``CUDA_VISIBLE_DEVICES`` if set (a lease then picks among those); else the GPUs that ``nvidia-smi -L``
+lists. Under SLURM (``SLURM_JOB_ID`` set), the scheduler has already given the job its devices in
+``CUDA_VISIBLE_DEVICES``, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import IO
+
+from miracl_eval.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEVICES_ENV = "MIRACL_EVAL_GPUS"
+LOCKS_ENV = "MIRACL_EVAL_GPU_LOCKS"
+#: seconds between two tries while every device is leased
+POLL_SECONDS = 0.5
+#: the lock files this process holds (a lease lasts as long as its open file)
+_held: list[IO[bytes]] = []
+
+
+def lock_dir() -> Path:
+    """Where the lock files live: ``$MIRACL_EVAL_GPU_LOCKS``, else a folder of the machine's temp dir."""
+    return Path(os.environ.get(LOCKS_ENV) or Path(tempfile.gettempdir()) / "miracl-eval-gpu-locks")
+
+
+def _nvidia_smi_devices() -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]
+
+
+def machine_devices() -> list[str]:
+    """The devices jobs on this machine share (see the module's docstring for where they come from)."""
+    given = os.environ.get(DEVICES_ENV, "").strip()
+    if given:
+        if given.isdigit():
+            return [str(i) for i in range(int(given))]
+        devices = [d.strip() for d in given.split(",") if d.strip()]
+        if not all(d.isdigit() for d in devices):
+            raise ConfigError(DEVICES_ENV, f"{given!r} is neither a device count nor a list of device numbers")
+        return devices
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    return _nvidia_smi_devices()
+
+
+def _try_lock(folder: Path, device: str) -> IO[bytes] | None:
+    fh = open(folder / f"gpu-{device}.lock", "a+b")  # noqa: SIM115 - held open: the lock lives with it
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n".encode())
+    fh.flush()
+    return fh
+
+
+def lease_gpus(count: int = 1) -> str | None:
+    """Lease ``count`` devices for this process and set ``CUDA_VISIBLE_DEVICES`` to them.
+
+    Returns the devices as set (``"2"``, ``"0,3"``), or None when nothing was leased: under SLURM
+    (its own assignment stands) or on a machine without GPUs. Waits while fewer than ``count``
+    devices are free; a device stays leased until this process ends.
+    """
+    if os.environ.get("SLURM_JOB_ID"):
+        return None
+    devices = machine_devices()
+    if not devices:
+        return None
+    if count > len(devices):
+        raise ConfigError(DEVICES_ENV, f"a job asks for {count} GPUs, this machine has {len(devices)}")
+    folder = lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    waited = False
+    while True:
+        held: list[tuple[str, IO[bytes]]] = []
+        for device in devices:
+            fh = _try_lock(folder, device)
+            if fh is not None:
+                held.append((device, fh))
+                if len(held) == count:
+                    break
+        if len(held) == count:
+            break
+        for _, fh in held:  # not enough free: give back what was taken, and wait
+            fh.close()
+        if not waited:
+            log.info("waiting for %d free GPU(s) of %s (locks in %s)", count, ",".join(devices), folder)
+            waited = True
+        time.sleep(POLL_SECONDS)
+    _held.extend(fh for _, fh in held)
+    chosen = ",".join(device for device, _ in held)
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    log.info("GPU lease: CUDA_VISIBLE_DEVICES=%s", chosen)
+    return chosen

@@ -1,0 +1,374 @@
+"""Resource requests that follow the data: each rule's memory (``mem_mb``) and run time (``runtime``).
+
+A job's request is a floor plus per-unit costs times the job's units, declared once in :data:`COSTS`
+(the figures come from ``benchmarks/scale.py``, which measures every stage at 100k to 1M passages;
+see the README's scale section). The units follow from the job's sizes (:class:`Job`: its passages
+and queries, counted from the preprocessed Parquet files, the vector dimension, the model's size) and
+the workflow's settings (:class:`Settings`):
+
+* ``searched``: queries x passages (the work of a Lucene search);
+* ``run_rows``: queries x ``hits``; ``pairs``: queries x candidates (``2 hits`` for the dense+sparse
+  union, ``rerank_depth`` for the dense top);
+* ``index_mb``: the memory of the dense index a job builds or loads: its float32 vectors (flat), or
+  its codes, centroids and training sample (IVF-PQ); ``gflop``: the index's arithmetic (IVF-PQ
+  training and assignment; for a search, the vectors or codes it scans);
+* ``heap_mb``: the Java heap of an Anserini job (``java_heap``), which runs in a child process.
+
+Stages that stream queries hold one chunk (:data:`HELD_QUERIES`; fusion one ``query_chunk``) and
+spend time on all of them, so each unit is counted for memory and for time separately. Memory is the
+estimate times :data:`MEM_MARGIN`, rounded up to 100 MB; run time (minutes) the estimate times
+:data:`TIME_MARGIN` (slower nodes, a busy shared file system), rounded up. The rules ask for
+``request("<estimate>")`` (``rules/common.smk``); a profile's ``set-resources`` overrides any rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miracl_eval import schemas
+from miracl_eval.errors import ConfigError
+from miracl_eval.schemas import DENSE_SEARCH_BATCH, EVAL_CHUNK, QUERY_CHUNK
+
+UNITS = (
+    "passages", "queries", "searched", "run_rows", "pairs", "index_mb", "gflop", "heap_mb", "checkpoint_mb",
+    "input_mb",
+)  # fmt: skip
+MEM_MARGIN = 1.3
+TIME_MARGIN = 3.0
+MB = 1 << 20
+#: queries whose hits a streamed stage holds at once (its query chunk)
+HELD_QUERIES: Mapping[str, int] = {
+    "bm25_search": QUERY_CHUNK,
+    "sparse_search": QUERY_CHUNK,
+    "dense_search": DENSE_SEARCH_BATCH,
+    "evaluate": EVAL_CHUNK,
+}
+#: estimates whose job runs a model: its checkpoint's size counts, and it runs on a GPU when the encoders do
+MODEL_ESTIMATES = frozenset({"encode_corpus", "encode_queries", "rerank_components"})
+#: estimates with one cost per dense index type (``dense_index:flat``, ...)
+PER_INDEX_TYPE = frozenset({"dense_index", "dense_search"})
+#: k-means iterations of Faiss's IVF training (its default)
+KMEANS_ITERATIONS = 25
+#: vector dimension assumed before the first vector file exists (a dry run); the job itself reads it
+DEFAULT_DIM = 1024
+#: model size assumed when the checkpoint is neither a local folder nor in the hub cache
+DEFAULT_CHECKPOINT_MB = 2_300.0
+#: raw corpus bytes per passage assumed to count passages before preprocessing (gzipped MIRACL JSONL
+#: has about 250, plain JSONL about 700: fewer bytes per passage count more passages, the safe side)
+RAW_BYTES_PER_PASSAGE = 200
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Floor plus per-unit costs of one estimate: MB of memory, seconds of one thread, per unit.
+
+    ``parallel``: the per-unit time is divided by the job's threads. ``java``: the Java heap is added
+    to the memory. ``gpu_seconds``: per-unit seconds used instead of ``seconds`` when the job has a GPU.
+    """
+
+    mem_mb: float
+    minutes: float
+    mem: Mapping[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    gpu_seconds: Mapping[str, float] | None = None
+    parallel: bool = False
+    java: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = {*self.mem, *self.seconds, *(self.gpu_seconds or {})} - set(UNITS)
+        if unknown:
+            raise ValueError(f"unknown unit(s) {', '.join(sorted(unknown))}; known: {', '.join(UNITS)}")
+
+
+#: per-estimate costs (each rule names one); measured by benchmarks/scale.py on 2 cores, see README "Scale"
+COSTS: Mapping[str, Cost] = {
+    "download": Cost(1000, 240),
+    "small": Cost(500, 5),
+    "preprocess_corpus": Cost(800, 2, mem={"passages": 16e-6}, seconds={"passages": 60e-6}),
+    "preprocess_topics": Cost(500, 2, mem={"input_mb": 20.0}, seconds={"input_mb": 2.0}),
+    "bm25_index": Cost(700, 2, seconds={"passages": 1.2e-3}, parallel=True, java=True),
+    "bm25_search": Cost(900, 2, mem={"run_rows": 4e-4}, seconds={"searched": 2e-8, "run_rows": 4e-6}, parallel=True),
+    "sparse_index": Cost(700, 2, seconds={"passages": 1.5e-3}, parallel=True, java=True),
+    "sparse_search": Cost(900, 2, mem={"run_rows": 4e-4}, seconds={"searched": 2e-8, "run_rows": 4e-6}, parallel=True),
+    "encode_corpus": Cost(
+        1500,
+        3,
+        mem={"checkpoint_mb": 2.0, "passages": 0.02},
+        seconds={"passages": 0.5},
+        gpu_seconds={"passages": 0.01},
+    ),
+    "encode_queries": Cost(
+        1500,
+        3,
+        mem={"checkpoint_mb": 2.0, "queries": 0.01},
+        seconds={"queries": 0.1},
+        gpu_seconds={"queries": 0.002},
+    ),
+    "dense_index:flat": Cost(2000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
+    "dense_index:hnsw": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 5e-3}, parallel=True),
+    "dense_index:ivfpq": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 2e-4, "gflop": 0.05}, parallel=True),
+    "dense_search:flat": Cost(
+        1000,
+        2,
+        mem={"index_mb": 1.05, "passages": 60e-6, "run_rows": 4e-4},
+        seconds={"gflop": 0.05, "run_rows": 4e-6},
+        parallel=True,
+    ),
+    "dense_search:hnsw": Cost(
+        1000,
+        2,
+        mem={"index_mb": 1.05, "passages": 60e-6, "run_rows": 4e-4},
+        seconds={"gflop": 0.05, "run_rows": 4e-6},
+        parallel=True,
+    ),
+    "dense_search:ivfpq": Cost(
+        1000,
+        2,
+        mem={"index_mb": 1.05, "passages": 60e-6, "run_rows": 4e-4},
+        seconds={"gflop": 0.2, "run_rows": 4e-6},
+        parallel=True,
+    ),
+    "union_components": Cost(2000, 2, mem={"pairs": 2e-4}, seconds={"passages": 5e-5, "pairs": 3e-6}),
+    "rerank_components": Cost(
+        1500,
+        3,
+        mem={"checkpoint_mb": 2.0, "pairs": 1e-3},
+        seconds={"passages": 5e-5, "pairs": 0.05},
+        gpu_seconds={"passages": 5e-5, "pairs": 1e-3},
+    ),
+    "fuse": Cost(600, 2, mem={"pairs": 3e-4}, seconds={"pairs": 2e-6}),
+    "hybrid": Cost(800, 2, mem={"pairs": 2e-3}, seconds={"pairs": 2e-5}),
+    "evaluate": Cost(600, 2, mem={"run_rows": 3e-4}, seconds={"run_rows": 3e-6}),
+    "report": Cost(1000, 10, mem={"queries": 0.01}, seconds={"queries": 0.01}),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The workflow settings that the requests depend on, from the validated config (whose schema
+    holds every default)."""
+
+    hits: int
+    java_heap: str
+    query_chunk: int
+    shard_size: int
+    #: whether model jobs run on a GPU (``encoder.device`` is not ``cpu``)
+    gpu: bool
+    index_type: str
+    ivf_lists: int
+    pq_m: int
+    nprobe: int
+    hnsw_m: int
+    hnsw_ef_search: int
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> Settings:
+        index = config["dense_index"]
+        return cls(
+            hits=int(config["hits"]),
+            java_heap=str(config["java_heap"]),
+            query_chunk=int(config["query_chunk"]),
+            shard_size=int(config["encoder"]["shard_size"]),
+            gpu=config["encoder"]["device"] != "cpu",
+            index_type=str(index["type"]),
+            ivf_lists=int(index["ivf_lists"]),
+            pq_m=int(index["pq_m"]),
+            nprobe=int(index["nprobe"]),
+            hnsw_m=int(index["hnsw_m"]),
+            hnsw_ef_search=int(index["hnsw_ef_search"]),
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """The sizes of one job: its passages (the corpus's, or an encoding shard's) and queries (the
+    partition's, or a query chunk's), and what else its estimate needs."""
+
+    passages: int = 0
+    queries: int = 0
+    dim: int = DEFAULT_DIM
+    threads: int = 1
+    gpu: bool = False
+    checkpoint_mb: float = 0.0
+    input_mb: float = 0.0
+    #: candidate passages per query of component scoring, fusion and hybrids
+    candidates: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    mem_mb: int
+    runtime: int  #: minutes
+
+
+def heap_mb(heap: str) -> float:
+    """MB of a Java heap setting such as ``4g`` or ``512m``."""
+    m = re.fullmatch(r"(\d+)([kKmMgG])", heap)
+    if not m:
+        raise ConfigError("java_heap", f"{heap!r} is not a Java heap size such as 4g or 512m")
+    return int(m[1]) * {"k": 1 / 1024, "m": 1, "g": 1024}[m[2].lower()]
+
+
+def ivf_lists(settings: Settings, passages: int) -> int:
+    """The lists an IVF-PQ index of ``passages`` vectors gets (:func:`miracl_eval.schemas.ivf_list_count`)."""
+    return schemas.ivf_list_count(settings.ivf_lists, passages)
+
+
+def dense_index_mb(settings: Settings, passages: int, dim: int) -> float:
+    """Memory of a Faiss index of ``passages`` vectors of ``dim`` floats, built or loaded whole (MB).
+
+    flat: the float32 vectors; HNSW: the vectors and ``2 M`` neighbour ids each; IVF-PQ: ``pq_m``
+    code bytes and an 8-byte id per vector, the centroids, and the training sample (``max(64 lists,
+    10000)`` vectors, as :func:`miracl_eval.faiss.index.build_dense_index` draws it).
+    """
+    vector = 4 * dim
+    if settings.index_type == "flat":
+        total = passages * vector
+    elif settings.index_type == "hnsw":
+        total = passages * (vector + 2 * settings.hnsw_m * 4)
+    elif settings.index_type == "ivfpq":
+        lists = ivf_lists(settings, passages)
+        sample = min(passages, max(64 * lists, 10_000))
+        total = passages * (settings.pq_m + 8) + (lists + sample) * vector
+    else:
+        raise ConfigError("dense_index.type", f"unknown index type {settings.index_type!r}")
+    return total / MB
+
+
+def dense_gflop(name: str, settings: Settings, passages: int, queries: int, dim: int) -> float:
+    """Arithmetic of a dense index job, in 1e9 multiply-adds: building an IVF-PQ index (k-means
+    training on the sample, assigning every vector to a list and to its PQ codes), or searching
+    (flat: every vector; IVF-PQ: the centroids and ``nprobe`` lists of codes; HNSW: about
+    ``ef_search x M`` vectors per query)."""
+    lists = ivf_lists(settings, passages)
+    if name == "dense_index":
+        if settings.index_type != "ivfpq":
+            return 0.0
+        sample = min(passages, max(64 * lists, 10_000))
+        return (KMEANS_ITERATIONS * sample * lists * dim + passages * (lists + 256) * dim) / 1e9
+    if settings.index_type == "flat":
+        per_query = passages * dim
+    elif settings.index_type == "ivfpq":
+        per_query = lists * dim + passages * min(settings.nprobe, lists) / lists * settings.pq_m
+    else:
+        per_query = settings.hnsw_ef_search * settings.hnsw_m * dim
+    return queries * per_query / 1e9
+
+
+def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], dict[str, float]]:
+    """The units of a job of estimate ``name``: ``(for its memory, for its time)``.
+
+    Streamed stages hold the hits of one query chunk (:data:`HELD_QUERIES`), fusion the candidates
+    of one ``query_chunk``. Before preprocessing, passages are counted from the raw corpus's size.
+    """
+    q = job.queries
+    passages = job.passages or int(job.input_mb * MB / RAW_BYTES_PER_PASSAGE)
+    dense = name in PER_INDEX_TYPE
+    time = {
+        "passages": float(passages),
+        "queries": float(q),
+        "searched": float(q) * passages,
+        "run_rows": float(q * settings.hits),
+        "pairs": float(q * job.candidates),
+        "index_mb": dense_index_mb(settings, passages, job.dim) if dense else 0.0,
+        "gflop": dense_gflop(name, settings, passages, q, job.dim) if dense else 0.0,
+        "heap_mb": heap_mb(settings.java_heap),
+        "checkpoint_mb": job.checkpoint_mb,
+        "input_mb": job.input_mb,
+    }
+    mem = dict(time)
+    if name in HELD_QUERIES:
+        mem["run_rows"] = float(min(q, HELD_QUERIES[name]) * settings.hits)
+    if name == "fuse":
+        mem["pairs"] = float(min(q, settings.query_chunk) * job.candidates)
+    return mem, time
+
+
+def cost_of(name: str, settings: Settings) -> Cost:
+    key = f"{name}:{settings.index_type}" if name in PER_INDEX_TYPE else name
+    try:
+        return COSTS[key]
+    except KeyError:
+        raise ValueError(f"no cost declared for {key!r}; known: {', '.join(COSTS)}") from None
+
+
+def estimate(name: str, job: Job, settings: Settings) -> Request:
+    """The ``mem_mb`` and ``runtime`` (minutes) to ask for one job of estimate ``name``."""
+    cost = cost_of(name, settings)
+    mem_units, time_units = units(name, job, settings)
+    mem = cost.mem_mb + sum(per * mem_units[u] for u, per in cost.mem.items())
+    if cost.java:
+        mem += mem_units["heap_mb"]
+    per_unit = cost.gpu_seconds if job.gpu and cost.gpu_seconds is not None else cost.seconds
+    seconds = sum(per * time_units[u] for u, per in per_unit.items())
+    if cost.parallel:
+        seconds /= max(1, job.threads)
+    return Request(
+        mem_mb=int(math.ceil(mem * MEM_MARGIN / 100) * 100),
+        runtime=int(math.ceil((cost.minutes + seconds / 60) * TIME_MARGIN)),
+    )
+
+
+def _share(total: int, size: int, index: int) -> int:
+    """The size of part ``index`` of ``total`` items cut into parts of ``size``."""
+    return max(0, min(size, total - index * size))
+
+
+def job_for(
+    name: str,
+    wildcards: Mapping[str, str],
+    threads: int,
+    settings: Settings,
+    *,
+    passages: int = 0,
+    queries: int = 0,
+    dim: int = DEFAULT_DIM,
+    input_mb: float = 0.0,
+    checkpoint_mb: float = 0.0,
+    candidates: int = 0,
+) -> Job:
+    """The :class:`Job` of one job of estimate ``name``, from what the workflow knows before it runs.
+
+    ``passages`` and ``queries`` are the whole corpus's and partition's (or, for the report, every
+    partition's) preprocessed rows; an encoding job covers its shard of the passages and a scoring job
+    its chunk of the queries (from the ``shard`` and ``chunk`` wildcards). A model's job runs on a GPU
+    when the encoders do (``settings.gpu``).
+    """
+    if name == "encode_corpus":
+        passages = _share(passages, settings.shard_size, int(wildcards["shard"]))
+    if "chunk" in wildcards:
+        queries = _share(queries, settings.query_chunk, int(wildcards["chunk"]))
+    return Job(
+        passages=passages,
+        queries=queries,
+        dim=dim,
+        threads=threads,
+        gpu=settings.gpu and name in MODEL_ESTIMATES,
+        checkpoint_mb=checkpoint_mb if name in MODEL_ESTIMATES else 0.0,
+        input_mb=input_mb,
+        candidates=candidates,
+    )
+
+
+def path_mb(path: str | os.PathLike[str]) -> float:
+    """Size of a file, or of every file under a folder, in MB (0 when it does not exist)."""
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size / MB
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / MB if p.is_dir() else 0.0
+
+
+def checkpoint_mb(checkpoint: str) -> float:
+    """Size of a model checkpoint: its local folder, else its copy in the Hugging Face hub cache,
+    else :data:`DEFAULT_CHECKPOINT_MB`."""
+    if os.path.isdir(checkpoint):
+        return path_mb(checkpoint)
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    size = path_mb(Path(HF_HUB_CACHE) / f"models--{checkpoint.replace('/', '--')}" / "blobs")
+    return size if size > 0 else DEFAULT_CHECKPOINT_MB

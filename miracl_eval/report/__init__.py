@@ -1,0 +1,1 @@
+"""The report: one module per page, shared HTML and charts, and the report's plan (no files read)."""

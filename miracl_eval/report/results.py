@@ -1,0 +1,71 @@
+"""Report page: the result tables (``results/{dataset}_{measure}.tsv``) as HTML and bar charts.
+
+The HTML table shows the best method of each column in bold; the grouped bar chart has the
+partitions on the x axis, one bar per method, the mean last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from miracl_eval.atomic import write_text_atomic
+from miracl_eval.evaluation import metrics, published
+from miracl_eval.report.charts import bar_chart
+from miracl_eval.report.html import fmt, html_page, html_table, measure_label
+from miracl_eval.tsv import read_tsv
+from miracl_eval.types import PathLike
+
+log = logging.getLogger(__name__)
+
+
+def read_results(path: PathLike) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """Columns (partitions, then ``mean`` if present) and ``{method: {column: value}}`` of a
+    results table written by :func:`miracl_eval.evaluation.metrics.format_table`."""
+    values = published.read_results_table(path)
+    if values:  # every row has the header's columns, in its order
+        return list(next(iter(values.values()))), values
+    header, _ = read_tsv(path)
+    return header[1:], values
+
+
+def results_html(
+    columns: Sequence[str], values: Mapping[str, Mapping[str, float]], title: str, note: str | None = None
+) -> str:
+    """A results table (as :func:`read_results` gives it) as HTML, the best value of each column in bold."""
+    methods = list(values)
+    best = {c: max(values[m][c] for m in methods) for c in columns} if methods else {}
+    rows = [[m, *(fmt(values[m][c]) for c in columns)] for m in methods]
+    classes = [
+        [
+            "",
+            *(
+                " ".join(
+                    k for k in ("best" if values[m][c] == best[c] else "", "mean" if c == metrics.MEAN else "") if k
+                )
+                for c in columns
+            ),
+        ]
+        for m in methods
+    ]
+    header_classes = ["", *("mean" if c == metrics.MEAN else "" for c in columns)]
+    table = html_table(["method", *columns], rows, classes, header_classes=header_classes)
+    return html_page(title, table, note)
+
+
+def results_views_stage(
+    table: PathLike, measure: str, dataset: str, split: str, html_out: PathLike, chart_out: PathLike
+) -> dict[str, int]:
+    """Stage entry point: a results table as HTML and as a bar chart."""
+    label = measure_label(measure)
+    columns, values = read_results(table)
+    title = f"{label} — {dataset} {split}"
+    note = (
+        f"{label} per {'language' if metrics.MEAN in columns else 'partition'} (trec_eval semantics, a query without hits "
+        "counts 0)"
+        + (", and the unweighted mean over the languages." if metrics.MEAN in columns else ".")
+        + " Bold: the best method of each column."
+    )
+    write_text_atomic(html_out, results_html(columns, values, title, note))
+    bar_chart(values, columns, chart_out, title, label)
+    return {"methods": len(values), "columns": len(columns)}

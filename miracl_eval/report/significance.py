@@ -1,0 +1,128 @@
+"""Report page: paired significance (:func:`miracl_eval.evaluation.significance.significance_table`)
+for the method pairs of :func:`miracl_eval.report.plan.comparison_pairs` and every measure, as TSV
+and as a readable matrix (pair x partition).
+"""
+
+from __future__ import annotations
+
+# ---- from report
+import html
+import logging
+from collections.abc import Mapping, Sequence
+
+from miracl_eval.atomic import write_text_atomic
+from miracl_eval.evaluation import metrics, significance
+from miracl_eval.report.html import fmt, html_page, html_table, measure_label, signed
+from miracl_eval.types import PathLike
+
+log = logging.getLogger(__name__)
+
+
+def significance_html(
+    rows: Sequence[Mapping[str, object]], title: str, alpha: float = 0.05, note: str | None = None
+) -> str:
+    """The significance rows as one matrix per measure (pair × partition), then in full."""
+    body: list[str] = []
+    measures = list(dict.fromkeys(str(r["measure"]) for r in rows))
+    for measure in measures:
+        sub = [r for r in rows if r["measure"] == measure]
+        parts = list(dict.fromkeys(str(r["partition"]) for r in sub))
+        pairs = list(dict.fromkeys((str(r["method_a"]), str(r["method_b"])) for r in sub))
+        by_key = {(str(r["method_a"]), str(r["method_b"]), str(r["partition"])): r for r in sub}
+        table_rows, classes, titles = [], [], []
+        for a, b in pairs:
+            cells, cls, tit = [f"{a} − {b}"], [""], [""]
+            for p in parts:
+                r = by_key.get((a, b, p))
+                if r is None:
+                    cells.append("")
+                    cls.append("")
+                    tit.append("")
+                    continue
+                diff, pv = float(r["diff"]), float(r["p_value"])  # type: ignore[arg-type]
+                stars = "**" if pv < alpha / 5 else "*" if pv < alpha else ""
+                cells.append(f"{signed(diff)}{stars}")
+                sig = "sig-pos" if pv < alpha and diff > 0 else "sig-neg" if pv < alpha and diff < 0 else ""
+                cls.append(" ".join(k for k in (sig, "mean" if p == metrics.MEAN else "") if k))
+                tit.append(
+                    f"{a} {float(r['mean_a']):.4f}, {b} {float(r['mean_b']):.4f}; "  # type: ignore[arg-type]
+                    f"95% CI of the difference [{float(r['ci_low']):+.4f}, {float(r['ci_high']):+.4f}]; "  # type: ignore[arg-type]
+                    f"p = {pv:.4g}; {r['n_queries']} queries"
+                )
+            table_rows.append(cells)
+            classes.append(cls)
+            titles.append(tit)
+        header_classes = ["", *("mean" if p == metrics.MEAN else "" for p in parts)]
+        body.append(f"<h2>{html.escape(measure_label(measure))}: difference A − B</h2>")
+        body.append(html_table(["A − B", *parts], table_rows, classes, titles, header_classes=header_classes))
+    body.append(
+        f"<p class='note'>* p &lt; {alpha:g}, ** p &lt; {alpha / 5:g} (two-sided paired randomisation test); green: A "
+        "significantly better, red: B significantly better. Hover a cell for the means, the bootstrap CI and p.</p>"
+    )
+    if rows:
+        full = [
+            [
+                measure_label(str(r["measure"])),
+                r["partition"],
+                r["method_a"],
+                r["method_b"],
+                fmt(float(r["mean_a"])),  # type: ignore[arg-type]
+                fmt(float(r["mean_b"])),  # type: ignore[arg-type]
+                signed(float(r["diff"])),  # type: ignore[arg-type]
+                f"[{float(r['ci_low']):+.4f}, {float(r['ci_high']):+.4f}]",  # type: ignore[arg-type]
+                f"{float(r['p_value']):.4g}",  # type: ignore[arg-type]
+                r["n_queries"],
+            ]
+            for r in rows
+        ]
+        header = ["measure", "partition", "A", "B", "mean A", "mean B", "A − B", "95% CI", "p", "queries"]
+        body += ["<h2>All rows</h2>", html_table(header, full)]
+    else:
+        body.append("<p>No method pairs to compare.</p>")
+    return html_page(title, "\n".join(body), note)
+
+
+def significance_stage(
+    per_query_files: Sequence[PathLike],
+    methods: Sequence[str],
+    partitions: Sequence[str],
+    pairs: Sequence[Sequence[str]],
+    measures: Sequence[str],
+    tsv_out: PathLike,
+    html_out: PathLike,
+    mean_row: bool = True,
+    n_permutations: int = significance.N_PERMUTATIONS,
+    n_bootstrap: int = significance.N_BOOTSTRAP,
+    seed: int = significance.SEED,
+    dataset: str = "",
+) -> dict[str, int]:
+    """Stage entry point: paired tests of ``pairs`` for every measure, per partition and (with
+    ``mean_row``) over the partitions; TSV with :data:`miracl_eval.evaluation.significance.COLUMNS` and HTML."""
+    files = metrics.keyed_inputs(per_query_files, methods, partitions)
+    pair_list = [(str(a), str(b)) for a, b in pairs]
+    rows: list[dict[str, object]] = []
+    for measure in measures:
+        rows += significance.significance_rows(
+            files,
+            pair_list,
+            measure,
+            partitions,
+            n_permutations=n_permutations,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            mean_row=mean_row,
+        )
+    write_text_atomic(tsv_out, significance.format_rows(rows))
+    note = (
+        f"Paired tests on the same queries: randomisation (sign-flip) test, {n_permutations} permutations; "
+        f"percentile bootstrap CI, {n_bootstrap} resamples; seed {seed}."
+        + (
+            " The mean row is stratified by language (each language weighs 1/L, as in the mean column)."
+            if mean_row
+            else " No mean over partitions (they overlap)."
+        )
+        + " No correction for multiple comparisons."
+    )
+    title = f"Paired significance — {dataset}" if dataset else "Paired significance"
+    write_text_atomic(html_out, significance_html(rows, title, note=note))
+    return {"rows": len(rows), "pairs": len(pair_list)}

@@ -1,0 +1,261 @@
+"""Test helpers shared by the tiers: paths, sample configs, Snakemake runs, stored outputs, and the
+reference implementations that the library's vectorised code is checked against."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from miracl_eval import schemas
+from miracl_eval.config.validate import validate
+from miracl_eval.encoders.outputs import iter_sparse_batches, iter_vector_batches, vector_dim
+from miracl_eval.errors import ConfigError
+from miracl_eval.lucene.anserini import autoclass
+from miracl_eval.lucene.sparse import FACTOR, quantize, term
+from miracl_eval.types import PathLike
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+SAMPLE = REPO / "sample"
+
+
+SHARED = Path(os.environ.get("MIRACL_EVAL_SHARED", REPO.parent / "shared"))
+
+
+MIRACL_DEV = SHARED / "data" / "miracl-v1.0-dev"
+
+
+#: every bundled sample corpus: the texts the tiny BGE-M3 checkpoint is built from
+CORPORA = [*sorted((SAMPLE / "miracl").glob("*/corpus.jsonl")), SAMPLE / "messirve" / "corpus.jsonl"]
+
+
+#: languages whose sample texts cover Latin, Cyrillic, Arabic, CJK, Hangul, Devanagari and Thai script
+SCRIPT_LANGS = ["th", "zh", "ja", "ar", "ko", "hi", "ru", "en", "es"]
+
+
+def sample_queries(langs: Sequence[str] = SCRIPT_LANGS) -> list[str]:
+    """The bundled sample's queries of ``langs``."""
+    out = []
+    for lang in langs:
+        for line in (SAMPLE / "miracl" / lang / "topics.tsv").read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                out.append(line.split("\t", 1)[1])
+    return out
+
+
+def sample_passages(langs: Sequence[str] = SCRIPT_LANGS, per_lang: int = 5) -> list[str]:
+    """The first ``per_lang`` passages (``"{title} {text}"``) of each of ``langs`` in the bundled sample."""
+    from miracl_eval.offline.tiny import texts_from_corpora
+
+    out = []
+    for lang in langs:
+        out.extend(list(texts_from_corpora([SAMPLE / "miracl" / lang / "corpus.jsonl"]))[:per_lang])
+    return out
+
+
+def copy_checkpoint(src: Path, dst: Path, skip: Iterable[str] = ()) -> Path:
+    """A copy of a checkpoint folder without the files named in ``skip``."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name not in set(skip):
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def write_vectors(path: Path, ids: list[str], vecs: np.ndarray, dtype: str = "float32", key: str = "docid") -> Path:
+    """A dense vector Parquet file (``schemas.dense_schema``)."""
+    schema = schemas.dense_schema(vecs.shape[1], dtype, key=key)
+    values = pa.array(vecs.astype(dtype).ravel(), schema.field("vector").type.value_type)
+    table = pa.table({key: ids, "vector": pa.FixedSizeListArray.from_arrays(values, vecs.shape[1])}, schema=schema)
+    pq.write_table(table, path, compression="zstd")
+    return path
+
+
+def write_weights(path: Path, vectors: dict[str, dict[int, float]], key: str = "docid") -> Path:
+    """A lexical weight Parquet file (``schemas.SPARSE``, or ``QUERY_SPARSE`` for ``key="qid"``)."""
+    schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
+    table = pa.table(
+        {
+            key: list(vectors),
+            "token_ids": [list(v) for v in vectors.values()],
+            "weights": [list(v.values()) for v in vectors.values()],
+        },
+        schema=schema,
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def sample_config(languages: list[str] | None = None, file: str = "miracl.yaml", **overrides: Any) -> dict[str, Any]:
+    """A bundled sample's config (``sample/{file}``) with absolute paths (usable from any working dir)."""
+    cfg = yaml.safe_load((SAMPLE / file).read_text(encoding="utf-8"))
+    cfg["source"] = {k: str(REPO / v) for k, v in cfg["source"].items()}
+    if languages is not None:
+        cfg["languages"] = languages
+    cfg.update(overrides)
+    return cfg
+
+
+M3_LANGS = ["sw", "yo"]
+
+
+M3_METHODS = ["bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all"]
+
+
+TINY_M3 = "resources/models/tiny-bge-m3"
+
+
+def m3_config(languages: list[str] = M3_LANGS, m3: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    """The MIRACL sample with every method and the tiny checkpoint on the CPU (small shards and chunks).
+
+    ``m3``: settings of the ``bge-m3`` model over the tiny checkpoint and a rerank depth of 20."""
+    cfg = sample_config(languages, threads=1)
+    cfg.update(
+        methods=M3_METHODS,
+        models={"bge-m3": {"checkpoint": TINY_M3, "rerank_depth": 20, **(m3 or {})}},
+        hybrids={},
+        encoder={
+            "device": "cpu",
+            "shard_size": 60,
+            "batch_size": 8,
+            "preload": True,
+        },  # about 160 passages: three shards each
+        query_chunk=7,  # 11-13 queries per language: two rerank chunks each
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def write_config(directory: Path, cfg: dict[str, Any], name: str = "config.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def snakemake(
+    workdir: Path, configfile: Path, *targets: str, args: tuple[str, ...] = (), check: bool = True, timeout: int = 1500
+) -> subprocess.CompletedProcess[str]:
+    """Run the workflow with ``python -m snakemake`` from another working directory."""
+    cmd = [
+        sys.executable, "-m", "snakemake", *targets,
+        "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile", str(configfile), "--cores", "2", *args,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The job counts of a (dry) run, from Snakemake's 'Job stats' table."""
+    jobs: dict[str, int] = {}
+    lines = (proc.stdout + proc.stderr).splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Job stats:"):
+            for row in lines[i + 3 :]:
+                parts = row.split()
+                if len(parts) != 2 or parts[0] == "total":
+                    break
+                jobs[parts[0]] = int(parts[1])
+            break
+    return jobs
+
+
+#: one language per analysis path: English default, Lucene language analyzers (ar, zh), Anserini's
+#: whitespace mapping (sw), pretokenized (yo) and Thai. `make run` covers all 18 languages.
+BM25_LANGS = ["ar", "en", "sw", "th", "yo", "zh"]
+
+
+# ------------------------------------------------------------------ reference implementations
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError("(file)", f"{path} is not valid YAML ({err})") from None
+    return validate(data)
+
+
+def rank_hits(hits: Mapping[str, Sequence[tuple[str, float]]], depth: int | None = None) -> pa.Table:
+    """Build a run table from ``{qid: [(docid, score), ...]}``.
+
+    Each query's hits are ordered by score (descending), ties by docid (ascending), so that
+    the Parquet ranks and the order of the TREC file agree with how trec_eval reads scores.
+    Queries keep the order of the mapping.
+    """
+    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
+    for qid, qhits in hits.items():
+        ordered = sorted(qhits, key=lambda h: (-h[1], h[0]))
+        if depth is not None:
+            ordered = ordered[:depth]
+        for rank, (docid, score) in enumerate(ordered, start=1):
+            cols["qid"].append(qid)
+            cols["docid"].append(docid)
+            cols["rank"].append(rank)
+            cols["score"].append(float(score))
+    return pa.table(cols, schema=schemas.RUN)
+
+
+def sparse_dot(q: dict[int, float], p: dict[int, float]) -> float:
+    """Exact float dot product of two lexical weight vectors (BGE-M3's lexical matching score)."""
+    if len(p) < len(q):
+        q, p = p, q
+    return float(sum(float(w) * float(p[t]) for t, w in q.items() if t in p))
+
+
+def query_string(weights: dict[int, float], factor: float = FACTOR, rounding: str = "ceil") -> str:
+    """Pretokenized query: each term repeated its integer weight times, separated by spaces."""
+    return " ".join(
+        " ".join([term(t)] * q) for t, w in sorted(weights.items()) if (q := quantize(w, factor, rounding)) > 0
+    )
+
+
+def load_vectors(
+    paths: PathLike | Sequence[PathLike], key: str | None = None, dtype: type | None = np.float32
+) -> tuple[list[str], np.ndarray]:
+    """All ``(ids, vectors)`` of one vector Parquet file (or shards); for queries and tests."""
+    ids: list[str] = []
+    mats: list[np.ndarray] = []
+    dim = None
+    for batch_ids, vecs in iter_vector_batches(paths, key=key, dtype=dtype):
+        ids.extend(batch_ids.to_pylist())
+        mats.append(vecs)
+        dim = vecs.shape[1]
+    if not mats:
+        shards = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        dim = vector_dim(shards[0], key)[1] if shards else 0
+        return ids, np.zeros((0, dim), dtype=dtype or np.float32)
+    return ids, np.concatenate(mats)
+
+
+def load_sparse(paths: PathLike | Sequence[PathLike], key: str | None = None) -> dict[str, dict[int, float]]:
+    """All lexical weight vectors of a (small) file as ``{id: {token_id: weight}}``."""
+    out: dict[str, dict[int, float]] = {}
+    for batch in iter_sparse_batches(paths, key):
+        for i, ident in enumerate(batch.ids.to_pylist()):
+            out[ident] = batch.row(i)
+    return out
+
+
+def count_documents(index: str | os.PathLike[str]) -> int:
+    """Number of documents in a Lucene index."""
+    paths = autoclass("java.nio.file.Paths")
+    directory = autoclass("org.apache.lucene.store.FSDirectory").open(paths.get(str(index)))
+    reader = autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    try:
+        return int(reader.numDocs())
+    finally:
+        reader.close()
+        directory.close()

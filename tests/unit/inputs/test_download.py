@@ -1,0 +1,139 @@
+"""Hub downloads: the real code path, offline here; errors say how to use local files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from miracl_eval.errors import DownloadError
+from miracl_eval.inputs import download
+from miracl_eval.inputs.datasets import MESSIRVE, MIRACL
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline as a fresh process with HF_HUB_OFFLINE=1 is: huggingface_hub reads the variable once,
+    at import, which an earlier test may have done (without it, each call waits for the network)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_offline_topics_download_fails_with_one_clear_sentence(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as err:
+        download.download_topics_qrels(MIRACL, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv")
+    message = str(err.value)
+    assert message.startswith("Could not download 'miracl-v1.0-sw/topics/topics.miracl-v1.0-sw-dev.tsv'")
+    assert "set source.corpus, source.topics and source.qrels in the config" in message
+    assert "\n" not in message and not (tmp_path / "t.tsv").exists()
+
+
+def test_offline_corpus_listing_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match="the file list of the eswiki corpus.*spanish-ir/eswiki_20240401_corpus"):
+        download.download_corpus(MESSIRVE, "eswiki", tmp_path / "corpus")
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_corpus_files_are_chosen_by_prefix_and_suffix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    files = [
+        "README.md",
+        "miracl-corpus-v1.0-sw/docs-1.jsonl.gz",
+        "miracl-corpus-v1.0-sw/docs-0.jsonl.gz",
+        "miracl-corpus-v1.0-yo/docs-0.jsonl.gz",
+    ]
+
+    fake_hub(monkeypatch, files, tmp_path, repo="miracl/miracl-corpus", at_revision=None)
+    out = download.download_corpus(MIRACL, "sw", tmp_path / "sw")
+    assert [p.name for p in out] == ["0000-docs-0.jsonl.gz", "0001-docs-1.jsonl.gz"]
+    assert (tmp_path / "sw" / "0001-docs-1.jsonl.gz").read_text() == "miracl-corpus-v1.0-sw/docs-1.jsonl.gz"
+
+
+MESSIRVE_FILES = [
+    ".gitattributes",
+    "README.md",
+    "topics.messirve-v0.1-ar-test.tsv",
+    "qrels.messirve-v0.1-ar-test.tsv",
+    "topics.messirve-v1.0-ar-test.tsv",
+    "qrels.messirve-v1.0-ar-test.tsv",
+    "topics.messirve-v1.0-full-train.tsv",
+    "notes/messirve-v9.9-draft.txt",  # not a topics or qrels file
+]
+
+
+def fake_hub(
+    monkeypatch: pytest.MonkeyPatch,
+    files: list[str],
+    tmp_path: Path,
+    repo: str = "spanish-ir/messirve-trec",
+    at_revision: str | None = "main",
+) -> list[str]:
+    """A hub whose dataset ``repo`` lists ``files`` (at ``at_revision``, unless None); returns the
+    list of files downloaded from it."""
+    fetched: list[str] = []
+    expected = repo
+
+    class FakeApi:
+        def list_repo_files(self, repo: str, repo_type: str, revision: str) -> list[str]:
+            assert (repo, repo_type) == (expected, "dataset")
+            assert at_revision is None or revision == at_revision
+            return files
+
+    def fake_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
+        if filename not in files:
+            raise FileNotFoundError(f"404 {filename}")
+        fetched.append(filename)
+        path = tmp_path / "cache" / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(filename)
+        return str(path)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(download, "_hub_download", fake_download)
+    return fetched
+
+
+def test_messirve_version_is_the_newest_in_the_file_list(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fetched = fake_hub(monkeypatch, MESSIRVE_FILES, tmp_path)
+    assert download.versions_in(MESSIRVE, MESSIRVE_FILES) == ["v0.1", "v1.0"]
+    assert download.versions_in(MESSIRVE, ["topics.messirve-v1.10-ar-test.tsv", "qrels.messirve-v1.9-ar-test.tsv"]) == [
+        "v1.9",
+        "v1.10",
+    ]  # numeric, not alphabetical
+    out = tmp_path / "version.txt"
+    assert download.version_stage(MESSIRVE, "auto", True, "main", out) == "v1.0"
+    assert download.read_version(out) == "v1.0"
+    download.download_topics_qrels(
+        MESSIRVE, "ar", "test", tmp_path / "t.tsv", tmp_path / "q.tsv", version=download.read_version(out)
+    )
+    assert fetched == ["topics.messirve-v1.0-ar-test.tsv", "qrels.messirve-v1.0-ar-test.tsv"]
+    assert (tmp_path / "t.tsv").read_text() == "topics.messirve-v1.0-ar-test.tsv"
+
+
+def test_a_pinned_or_fixed_version_needs_no_file_list(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import huggingface_hub
+
+    class NoApi:
+        def list_repo_files(self, *args: object, **kwargs: object) -> list[str]:
+            raise AssertionError("the file list was read")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", NoApi)
+    assert download.resolve_version(MESSIRVE, "v0.1") == "v0.1"
+    assert download.resolve_version(MIRACL, "auto") == "v1.0"  # MIRACL's file names fix it
+    out = tmp_path / "version.txt"
+    assert download.version_stage(MESSIRVE, "auto", False, "main", out) is None  # local files: unknown
+    assert out.read_text() == "unknown\n" and download.read_version(out) is None
+
+
+def test_no_versioned_files_or_no_network_fail_in_one_sentence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as offline:
+        download.resolve_version(MESSIRVE, "auto")
+    message = str(offline.value)
+    assert message.startswith("Could not download the file list (to find the newest release; or pin one with")
+    assert "hub.messirve_version" in message and "spanish-ir/messirve-trec" in message and "\n" not in message
+    fake_hub(monkeypatch, ["README.md"], tmp_path)
+    with pytest.raises(DownloadError, match="has no versioned topics or qrels files at revision main"):
+        download.resolve_version(MESSIRVE, "auto")

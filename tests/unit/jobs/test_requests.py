@@ -1,0 +1,95 @@
+"""Resource requests follow the data: small for the sample, what a job needs at full size (dry runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from miracl_eval.config.validate import validate
+from miracl_eval.inputs.datasets import get_dataset
+from miracl_eval.jobs import requests as costs
+from tests.helpers import REPO
+
+MB = costs.MB
+NODE_MB = 4000  # the sample must fit a 4 GB node
+ENGLISH, MESSIRVE, MESSIRVE_QUERIES = 32_893_221, 14_047_759, 156_528
+SCALE = yaml.safe_load((REPO / "scale.yaml").read_text())
+SCALE_IVFPQ = {**SCALE, "dense_index": {"type": "ivfpq", "ivf_lists": 16384, "pq_m": 64, "nprobe": 128}}
+DATASETS = {name: get_dataset(name).corpus_of for name in ("miracl", "messirve")}
+
+
+#: the settings of the full run's config (every default from the schema)
+DEFAULTS = costs.Settings.from_config(validate(yaml.safe_load((REPO / "config.yaml").read_text())))
+
+
+def _settings(**overrides: object) -> costs.Settings:
+    return dataclasses.replace(DEFAULTS, **overrides)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ estimates
+
+SAMPLE_JOBS = {
+    "small": costs.Job(),
+    "preprocess_corpus": costs.Job(input_mb=0.02),
+    "preprocess_topics": costs.Job(input_mb=0.001),
+    "bm25_index": costs.Job(passages=24),
+    "bm25_search": costs.Job(passages=24, queries=4),
+    "sparse_index": costs.Job(passages=24),
+    "sparse_search": costs.Job(passages=24, queries=4),
+    "encode_corpus": costs.Job(passages=24, checkpoint_mb=3),
+    "encode_queries": costs.Job(queries=4, checkpoint_mb=3),
+    "dense_index": costs.Job(passages=24, dim=32),
+    "dense_search": costs.Job(passages=24, queries=4, dim=32),
+    "union_components": costs.Job(passages=24, queries=3, candidates=2000),
+    "rerank_components": costs.Job(passages=24, queries=3, candidates=20, checkpoint_mb=3),
+    "fuse": costs.Job(queries=4, candidates=2000),
+    "hybrid": costs.Job(queries=4, candidates=2000),
+    "evaluate": costs.Job(queries=4),
+    "report": costs.Job(queries=72),
+}
+
+
+def test_every_estimate_but_the_downloads_has_a_sample_job() -> None:
+    declared = {name.split(":")[0] for name in costs.COSTS}
+    assert declared - set(SAMPLE_JOBS) == {"download"}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_JOBS))
+def test_the_sample_asks_for_little(name: str) -> None:
+    request = costs.estimate(name, SAMPLE_JOBS[name], _settings(java_heap="1g"))
+    assert 0 < request.mem_mb <= NODE_MB and 0 < request.runtime <= 60, request
+
+
+def test_a_flat_index_of_english_asks_for_its_vectors_ivfpq_for_its_codes() -> None:
+    english = costs.Job(passages=ENGLISH, queries=799, dim=1024, threads=8)
+    vectors_mb = ENGLISH * 1024 * 4 / MB  # 128,500 MB
+    for name in ("dense_index", "dense_search"):
+        flat = costs.estimate(name, english, _settings())
+        assert flat.mem_mb >= vectors_mb
+        ivfpq = costs.estimate(name, english, _settings(index_type="ivfpq", ivf_lists=16384, nprobe=128))
+        assert ivfpq.mem_mb < 32_000 < flat.mem_mb
+    # an IVF-PQ index of English: 72 bytes a passage, the centroids, the training sample of 64 per list
+    assert costs.dense_index_mb(_settings(index_type="ivfpq", ivf_lists=16384), ENGLISH, 1024) == pytest.approx(
+        (ENGLISH * 72 + (16384 + 64 * 16384) * 4096) / MB
+    )
+
+
+def test_requests_grow_with_the_data_and_the_settings() -> None:
+    small, large = costs.Job(passages=10_000, threads=4), costs.Job(passages=10_000_000, threads=4)
+    index_small = costs.estimate("bm25_index", small, _settings())
+    index_large = costs.estimate("bm25_index", large, _settings())
+    assert index_large.runtime > 10 * index_small.runtime
+    assert costs.estimate("bm25_index", large, _settings(java_heap="16g")).mem_mb >= 16 * 1024
+    # more threads, less time for a parallel stage
+    assert costs.estimate("bm25_index", costs.Job(passages=10_000_000, threads=16), _settings()).runtime < (
+        index_large.runtime
+    )
+    # fusion holds one query chunk's candidates; its time counts all of them
+    fuse = costs.Job(queries=MESSIRVE_QUERIES, candidates=2000)
+    chunked = costs.estimate("fuse", fuse, _settings(query_chunk=10_000))
+    whole = costs.estimate("fuse", fuse, _settings(query_chunk=200_000))
+    assert chunked.mem_mb < whole.mem_mb and chunked.runtime == whole.runtime
+    with pytest.raises(costs.ConfigError, match="java_heap"):
+        costs.estimate("bm25_index", small, _settings(java_heap="lots"))

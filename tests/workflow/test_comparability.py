@@ -1,0 +1,92 @@
+"""Comparability in real runs: a sample run shows no published number and says why."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miracl_eval.evaluation import comparability, published
+from miracl_eval.report.plan import plain_report_problem
+from miracl_eval.tsv import read_tsv
+from tests.helpers import BM25_LANGS, REPO, SAMPLE, planned_jobs, snakemake
+
+# =========================================================================== a BM25-only sample run
+
+
+LANG = "ar"
+
+
+@pytest.fixture(scope="module")
+def bm25_run(sample_run: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The shared BM25 sample run, and the published table built in it."""
+    return sample_run, snakemake(sample_run, sample_run / "config.yaml", "results/miracl_published.tsv")
+
+
+def test_sample_run_shows_no_published_number_and_says_why(
+    bm25_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    work, proc = bm25_run
+    n = sum(
+        1
+        for line in (SAMPLE / "miracl" / LANG / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    )
+    header, rows = read_tsv(work / "results" / "miracl_published.tsv")
+    assert tuple(header) == published.SIDE_BY_SIDE_COLUMNS and rows == []
+    checks = comparability.read_comparability(work / "results" / "miracl_comparability.tsv")
+    assert [(c["partition"], c["comparable"], c["version"]) for c in checks] == [
+        (lang, "no", "v1.0") for lang in BM25_LANGS
+    ]
+    (ar,) = [c for c in checks if c["partition"] == LANG]
+    assert f"{n} of 2,061,414 passages" in ar["reason"]
+    page = (work / "results" / "miracl_published.html").read_text(encoding="utf-8")
+    assert "none of this run's partitions has the full data" in page and f"{n} of 2,061,414 passages" in page
+    # the end of the run says it too
+    assert f"  {LANG}: {ar['reason']}" in proc.stdout + proc.stderr
+
+
+def test_plain_report_problem_only_for_report_without_report_after_run() -> None:
+    missing = ["results/miracl_ndcg.html", "results/miracl_ndcg.svg"]
+    line = plain_report_problem(["snakemake", "--report", "r.html"], missing)
+    assert line is not None and line.startswith("snakemake --report: 2 of the report's files do not exist yet")
+    assert "results/miracl_ndcg.html" in line and "\n" not in line
+    assert plain_report_problem(["snakemake", "--report=r.html"], missing) == line
+    assert plain_report_problem(["snakemake", "--report", "r.html", "--report-after-run"], missing) is None
+    assert plain_report_problem(["snakemake", "--report", "r.html"], []) is None
+    assert plain_report_problem(["snakemake", "--report-stylesheet", "s.css", "-n"], missing) is None
+
+
+def test_plain_report_after_a_partial_run_says_what_to_run(
+    bm25_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    work, _ = bm25_run
+    proc = snakemake(work, work / "config.yaml", args=("--report", str(work / "report.html")), check=False)
+    assert proc.returncode != 0 and not (work / "report.html").exists()
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("snakemake --report")]
+    assert len(lines) == 1 and "`make report`" in lines[0] and "--report-after-run" in lines[0], proc.stderr[-2000:]
+
+
+def test_make_report_plans_the_demo_report(tmp_path: Path) -> None:
+    """`make report`'s command, dry: from a working directory with the sample, it plans every report view."""
+    printed = subprocess.run(
+        ["make", "-s", "-n", "-C", str(REPO), "report"], capture_output=True, text=True, check=True
+    ).stdout
+    command = next(shlex.split(ln) for ln in printed.splitlines() if "snakemake" in ln and "--report" in ln)
+    assert command[0].endswith(".venv/bin/snakemake")
+    assert command[command.index("--configfile") + 1] == "sample/miracl.yaml"
+    assert command[-3:] == ["--report", "report.html", "--report-after-run"]
+    shutil.copytree(SAMPLE, tmp_path / "sample")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), *command[1:], "-n"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    jobs = planned_jobs(proc)
+    assert jobs.get("tables") == 1 and jobs.get("comparability") == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rule in ("report_published", "report_settings", "report_significance", "report_sensitivity"):
+        assert jobs.get(rule) == 1, rule
+    assert jobs["report_results"] == 2

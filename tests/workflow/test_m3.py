@@ -1,0 +1,155 @@
+"""End-to-end runs with the BGE-M3 methods (tiny offline checkpoint), and incremental re-runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.helpers import M3_LANGS, M3_METHODS, REPO, m3_config, planned_jobs, snakemake, write_config
+
+LANGS = M3_LANGS
+METHODS = M3_METHODS
+
+
+def _rows(path: Path) -> dict[str, list[str]]:
+    header, *rows = [line.split("\t") for line in path.read_text().splitlines()]
+    assert header == ["method", *LANGS, "mean"]
+    return {r[0]: r[1:] for r in rows}
+
+
+def _dry(work: Path, cfg: dict, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return snakemake(work, write_config(work, cfg, name), "results/miracl_ndcg.tsv", args=("-n", *extra))
+
+
+def test_all_six_methods_have_rows(m3_run: Path) -> None:
+    for table in ("miracl_ndcg.tsv", "miracl_recall100.tsv"):
+        rows = _rows(m3_run / "results" / table)
+        assert list(rows) == METHODS
+        assert all(0.0 <= float(v) <= 1.0 for values in rows.values() for v in values)
+    for lang in LANGS:
+        shards = sorted((m3_run / "resources/miracl/encoded/bge-m3/corpus" / lang / "dense").iterdir())
+        assert len(shards) == 3, "about 160 passages in shards of 60"
+
+
+def test_fused_scores_are_weighted_sums_of_kept_components(m3_run: Path) -> None:
+    weights = {"all": (1.0, 0.3, 1.0), "dense+sparse": (1.0, 0.3, 0.0), "multivec": (0.0, 0.0, 1.0)}
+    for lang in LANGS:
+        runs = m3_run / "runs" / "miracl" / lang / "bge-m3"
+        for method, (wd, ws, wm) in weights.items():
+            run = pq.read_table(runs / f"{method}.parquet").to_pylist()
+            comps = pq.read_table(runs / f"{method}.components.parquet").to_pylist()
+            by_pair = {(c["qid"], c["docid"]): c for c in comps}
+            assert run and len(run) <= len(comps)
+            for r in run:
+                c = by_pair[(r["qid"], r["docid"])]
+                expected = wd * c["dense"] + ws * c["sparse"] + (wm * c["multivec"] if wm else 0.0)
+                assert r["score"] == pytest.approx(expected, abs=1e-9)
+            trec = (runs / f"{method}.trec").read_text().splitlines()
+            assert len(trec) == len(run) and all(line.endswith(f" bge-m3/{method}") for line in trec)
+
+
+def test_rerun_has_nothing_to_do(m3_run: Path) -> None:
+    proc = _dry(m3_run, m3_config(), "same.yaml")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_fusion_weight_reruns_only_fusion_and_evaluation(m3_run: Path) -> None:
+    cfg = m3_config(m3={"weights": {"sparse": 0.5}})
+    assert planned_jobs(_dry(m3_run, cfg, "weights.yaml")) == {"fuse": 4, "evaluate": 4, "tables": 1}
+
+
+def _job_blocks(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str]]:
+    """(rule, wildcards line) of each job of a dry run."""
+    out = proc.stdout + proc.stderr
+    blocks = re.findall(r"^(?:local)?(?:rule|checkpoint) (\S+):\n((?:    .*\n)+)", out, flags=re.M)
+    return [(rule, next((line for line in body.splitlines() if "wildcards:" in line), "")) for rule, body in blocks]
+
+
+def test_added_language_runs_only_its_jobs(m3_run: Path) -> None:
+    proc = _dry(m3_run, m3_config([*LANGS, "zh"]), "zh.yaml")
+    jobs = _job_blocks(proc)
+    assert jobs, proc.stdout
+    for rule, wildcards in jobs:
+        if rule in ("tables", "all"):
+            continue
+        assert "zh" in wildcards, (rule, wildcards)
+    assert {"preprocess_corpus", "preprocess_topics", "bm25_index", "encode_queries_dense_sparse"} <= {
+        r for r, _ in jobs
+    }
+    assert "tiny_model" not in {r for r, _ in jobs}
+
+
+def test_encoder_max_length_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
+    jobs = planned_jobs(_dry(m3_run, m3_config(m3={"passage_max_length": 128}), "maxlen.yaml"))
+    assert jobs == {
+        "encode_corpus_dense_sparse": 6,
+        "dense_index": 2,
+        "sparse_index": 2,
+        "dense_search": 2,
+        "sparse_search": 2,
+        "union_components": 4,
+        "rerank_components": 4,
+        "fuse": 6,
+        "evaluate": 10,  # every method but bm25
+        "tables": 1,
+    }
+
+
+def test_model_change_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
+    other = m3_run / "other-model"
+    if not other.exists():
+        shutil.copytree(m3_run / "resources" / "models" / "tiny-bge-m3", other)
+    jobs = planned_jobs(_dry(m3_run, m3_config(m3={"checkpoint": str(other)}), "model.yaml"))
+    assert jobs["encode_corpus_dense_sparse"] == 6 and jobs["encode_queries_dense_sparse"] == 2
+    assert not {"preprocess_corpus", "preprocess_topics", "bm25_index", "bm25_search", "tiny_model"} & set(jobs)
+    assert jobs["evaluate"] == 10
+
+
+def test_killed_encoding_resumes_with_finished_shards_and_equal_encodings(m3_run: Path, tmp_path: Path) -> None:
+    """Kill a run while Swahili's shards are encoded (the whole process group, as a lost node would):
+    the re-run keeps the finished shards and its encodings equal an uninterrupted run's."""
+    cfg_path = write_config(tmp_path, m3_config())
+    target = "resources/miracl/indexes/sw/bge-m3/dense.faiss"  # needs every shard of Swahili
+    cmd = [
+        sys.executable, "-m", "snakemake", target, "-s", str(REPO / "Snakefile"),
+        "--directory", str(tmp_path), "--configfile", str(cfg_path), "--cores", "1",
+    ]  # fmt: skip
+    shards = "resources/miracl/encoded/bge-m3/corpus/sw"
+    shard_dir = tmp_path / shards / "dense"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            done = list(shard_dir.glob("0*.parquet")) if shard_dir.exists() else []
+            if done and len(done) < 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no shard finished in time")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in shard_dir.glob("0*.parquet")}
+    assert 0 < len(finished) < 3
+    # what a user does after a kill: release the lock, re-run (incomplete jobs are redone)
+    snakemake(tmp_path, cfg_path, target, args=("--unlock",))
+    snakemake(tmp_path, cfg_path, target, args=("--rerun-incomplete",))
+    for name, mtime in finished.items():
+        assert (shard_dir / name).stat().st_mtime_ns == mtime, f"finished shard {name} was redone"
+    for kind in ("dense", "sparse"):
+        names = sorted(p.name for p in (m3_run / shards / kind).glob("*.parquet"))
+        assert sorted(p.name for p in (tmp_path / shards / kind).glob("*.parquet")) == names and len(names) == 3
+        for name in names:
+            resumed, whole = (pq.read_table(d / shards / kind / name) for d in (tmp_path, m3_run))
+            assert resumed.equals(whole), (kind, name)
+    assert yaml.safe_load(cfg_path.read_text())["encoder"]["shard_size"] == 60

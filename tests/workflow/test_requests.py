@@ -1,0 +1,164 @@
+"""Job requests in real dry runs: the sample's fit a 4 GB node; full-size runs (all-null tables with the real row
+counts) follow the data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from miracl_eval.jobs import requests as costs
+from miracl_eval.schemas import CORPUS, QRELS, QUERIES
+from tests.helpers import M3_METHODS, REPO, TINY_M3, load_config, m3_config, sample_config, snakemake, write_config
+from tests.unit.jobs.test_requests import DATASETS, ENGLISH, MB, MESSIRVE, MESSIRVE_QUERIES, NODE_MB, SCALE, SCALE_IVFPQ
+
+# ------------------------------------------------------------------------------------------ dry runs
+
+_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+#: rules that run in Snakemake's own process, never through SLURM (`localrule: True`, and `all`)
+LOCAL_RULES = {
+    "all",
+    *(
+        m[1]
+        for f in (REPO / "rules").glob("*.smk")
+        for m in re.finditer(r"^rule (\w+):\n(?:    .*\n|\n)*?    localrule: True", f.read_text(), re.M)
+    ),
+}
+
+
+def dry_run_jobs(text: str) -> list[dict]:
+    """Every job of a dry run's output but the local ones (which SLURM never sees): rule, wildcards, resources."""
+    jobs: list[dict] = []
+    for line in text.splitlines():
+        m = _JOB.match(line)
+        if m:
+            jobs.append({"rule": m[1], "wildcards": {}, "resources": {}, "threads": 1})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, _, value = line.strip().partition(": ")
+            if key == "threads":
+                jobs[-1]["threads"] = int(value)
+            elif key in ("wildcards", "resources"):
+                jobs[-1][key] = dict(item.split("=", 1) for item in value.split(", "))
+    return [job for job in jobs if job["rule"] not in LOCAL_RULES]
+
+
+def _requests(jobs: list[dict]) -> dict[tuple[str, tuple], tuple[int, int, int]]:
+    """``{(rule, wildcards): (mem_mb, runtime, threads)}``."""
+    out = {}
+    for job in jobs:
+        key = (job["rule"], tuple(sorted(job["wildcards"].items())))
+        out[key] = (int(job["resources"]["mem_mb"]), int(job["resources"]["runtime"]), job["threads"])
+    return out
+
+
+def test_sample_requests_fit_a_4gb_node_once_preprocessed(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, m3_config(["sw", "yo"], java_heap="1g"))
+    snakemake(tmp_path, cfg, "--until", "preprocess_corpus", "preprocess_topics")
+    model = tmp_path / TINY_M3  # a tiny checkpoint's size (the requests read no more of it)
+    model.mkdir(parents=True)
+    with open(model / "model.safetensors", "wb") as fh:
+        fh.truncate(3 * MB)
+    jobs = dry_run_jobs(snakemake(tmp_path, cfg, "results/miracl_ndcg.tsv", args=("-n",)).stdout)
+    assert {j["rule"] for j in jobs} >= {"bm25_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+    for job in jobs:
+        res = job["resources"]
+        assert res["mem_mb"] != "<TBD>" and int(res["mem_mb"]) <= NODE_MB, job
+        assert 0 < int(res["runtime"]) <= 60, job
+
+
+def _write_table(path: Path, schema: pa.Schema, rows: int) -> None:
+    """A Parquet file of ``rows`` all-null rows: the row count is all a request reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunk = 1 << 20
+    nulls = pa.RecordBatch.from_arrays([pa.nulls(chunk, f.type) for f in schema], schema=schema)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, chunk):
+            writer.write_batch(nulls.slice(0, min(chunk, rows - start)), row_group_size=chunk)
+
+
+def _full_size(work: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int], **cfg: object) -> Path:
+    """The checkpoint outputs of a full-size run (real passage and query counts), its config and model."""
+    model = work / "models" / "bge-m3"
+    model.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # a stand-in checkpoint folder
+        (model / name).write_text("{}")
+    with open(model / "model.safetensors", "wb") as fh:
+        fh.truncate(2_270 * MB)  # BGE-M3's size, as a sparse file
+    config = sample_config(list(queries), "miracl.yaml" if dataset == "miracl" else "messirve.yaml")
+    config.update(
+        models={"bge-m3": {"checkpoint": str(model)}}, methods=M3_METHODS, hybrids={}, encoder={"device": "auto"}, **cfg
+    )
+    for name in ("corpus", "topics", "qrels"):
+        config["source"][name] = str(work / "src" / f"{{lang}}.{name}")
+        for part in (*queries, *corpora):
+            (work / "src").mkdir(exist_ok=True)
+            (work / "src" / f"{part}.{name}").touch()
+    for corpus, n in corpora.items():
+        _write_table(work / "resources" / dataset / "corpus" / corpus / "corpus.parquet", CORPUS, n)
+    for part, n in queries.items():
+        _write_table(work / "resources" / dataset / "topics" / part / "queries.parquet", QUERIES, n)
+        _write_table(work / "resources" / dataset / "topics" / part / "qrels.parquet", QRELS, 1)
+    return write_config(work, config)
+
+
+def _expected(
+    rule: str, wildcards: dict[str, str], passages: int, queries: int, threads: int, cfg: dict
+) -> costs.Request:
+    """The request that costs.estimate gives a job of the full-size run, from the job's known sizes."""
+    shard, chunk = cfg["encoder"]["shard_size"], cfg["query_chunk"]
+    name = rule.removesuffix("_dense_sparse")
+    job = {
+        "bm25_index": costs.Job(passages=passages, threads=threads),
+        "dense_index": costs.Job(passages=passages, threads=threads),
+        "encode_corpus": costs.Job(
+            passages=min(shard, passages - int(wildcards.get("shard", 0)) * shard),
+            threads=threads,
+            checkpoint_mb=2_270.0,
+            gpu=True,
+        ),
+        "union_components": costs.Job(
+            passages=passages, queries=min(chunk, queries - int(wildcards.get("chunk", 0)) * chunk), candidates=2000
+        ),
+        "fuse": costs.Job(queries=queries, candidates=2000 if wildcards.get("method") == "dense+sparse" else 200),
+    }[name]
+    return costs.estimate(name, job, costs.Settings.from_config(cfg))
+
+
+CHECKED = {"bm25_index", "dense_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+
+
+@pytest.mark.parametrize(
+    "dataset, corpora, queries, big",
+    [
+        ("miracl", {"en": ENGLISH, "yo": 49_043}, {"en": 799, "yo": 119}, "en"),
+        ("messirve", {"eswiki": MESSIRVE}, {"full": MESSIRVE_QUERIES}, "eswiki"),
+    ],
+)
+@pytest.mark.parametrize("scale", [SCALE, SCALE_IVFPQ], ids=["flat", "ivfpq"])
+def test_full_size_requests_follow_the_data_and_fit_32gb_but_a_flat_index(
+    tmp_path: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int], big: str, scale: dict
+) -> None:
+    cfg_path = _full_size(tmp_path, dataset, corpora, queries, **scale)
+    cfg = load_config(cfg_path)
+    jobs = dry_run_jobs(snakemake(tmp_path, cfg_path, f"results/{dataset}_ndcg.tsv", args=("-n",)).stdout)
+    requests = _requests(jobs)
+    flat = cfg["dense_index"]["type"] == "flat"
+    checked = set()
+    for (rule, wc), (mem, runtime, threads) in requests.items():
+        wildcards = dict(wc)
+        corpus = wildcards.get("corpus") or DATASETS[dataset](wildcards["part"])
+        passages, n_queries = corpora.get(corpus, 0), queries.get(wildcards.get("part", ""), 0)
+        if rule in CHECKED:
+            expected = _expected(rule, wildcards, passages, n_queries, threads, cfg)
+            assert (mem, runtime) == (expected.mem_mb, expected.runtime), (rule, wildcards)
+            checked.add(rule)
+        if flat and rule in ("dense_index", "dense_search") and corpus == big:
+            assert mem >= passages * 4096 / MB, (rule, wildcards, mem)
+        else:
+            assert mem < 32_000, (rule, wildcards, mem)
+    assert checked == CHECKED
+    shards = [wc for rule, wc in requests if rule == "encode_corpus_dense_sparse" and dict(wc)["corpus"] == big]
+    assert len(shards) == -(-corpora[big] // cfg["encoder"]["shard_size"])
