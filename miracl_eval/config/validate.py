@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path

@@ -178,5 +178,3 @@ def _validate(
         if len(dup):
             r = int(keys[dup[0]] >> 32)
             raise InputError(path, f"record {row0 + r + 1} ({ids[r]}): a token id occurs twice")
-
-

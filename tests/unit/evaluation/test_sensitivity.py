@@ -94,6 +94,7 @@ def test_sensitivity_varies_with_weight_and_includes_zero_queries() -> None:
 
 def test_matches_the_workflow_fusion_module(tmp_path: Path) -> None:
     from miracl_eval.fusion import weighted as fusion
+
     table, qrels = make_data(coarse=True)
     for method, w in (("dense+sparse", 0.3), ("all", 0.7)):
         weights = sensitivity.method_weights(method, w)
