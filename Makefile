@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: run report test venv lint format clean
+.PHONY: run report test test-fast venv lint format clean
 
 venv: $(VENV)/.installed
 
@@ -25,13 +25,19 @@ run: venv
 report: venv
 	$(BIN)/snakemake --cores $(CORES) --configfile sample/miracl.yaml --report report.html --report-after-run
 
+# every tier (tests/unit, tests/workflow, tests/benchmarks): what CI runs
 test: venv
 	$(BIN)/python -m pytest -q
+
+# the unit tier alone: the library without Snakemake, a few minutes
+test-fast: venv
+	$(BIN)/python -m pytest -q tests/unit
 
 lint: venv
 	$(BIN)/ruff check miracl_eval scripts tests benchmarks
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint --cores 1
+	$(BIN)/mypy
 
 format: venv
 	$(BIN)/ruff format miracl_eval scripts tests benchmarks

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +70,7 @@ class RunWriter:
         self._parquet.write(table)
         schemas.write_strings(self._fh, trec_lines(table, self.tag))
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         assert self._fh is not None
         self._fh.close()
         try:

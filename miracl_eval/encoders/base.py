@@ -73,6 +73,12 @@ class Encoder(Protocol):
         ...
 
 
+def hidden_size(model: torch.nn.Module) -> int:
+    """The width of a transformers model's hidden states (its config's ``hidden_size``)."""
+    config: Any = model.config
+    return int(config.hidden_size)
+
+
 def chunk_rows(batch_size: int) -> int:
     """Texts tokenized and sorted together: a bound on the memory a call holds."""
     return max(16 * batch_size, 2048)
@@ -209,7 +215,7 @@ class TransformerEncoder:
         if pad is None:
             raise InputError(self.path, "the tokenizer has neither a pad token nor an EOS token to pad with")
         self.pad_id = int(pad)
-        config = self.model.config
+        config: Any = self.model.config  # a transformers config (torch types it as a module attribute)
         limit = int(getattr(config, "max_position_embeddings", 0) or 0)
         if limit and config.model_type in ("xlm-roberta", "roberta", "camembert") and config.pad_token_id is not None:
             limit -= int(config.pad_token_id) + 1  # RoBERTa positions start after the padding index

@@ -40,6 +40,7 @@ from miracl_eval.encoders.base import (
     Role,
     TransformerEncoder,
     chunk_rows,
+    hidden_size,
     load_checkpoint,
     resolve_model_dir,
 )
@@ -85,7 +86,7 @@ class BgeM3Encoder(TransformerEncoder):
         super().__init__(ckpt, spec)
         self.sparse_linear = sparse_linear
         self.colbert_linear = colbert_linear
-        self.dim = int(self.model.config.hidden_size)
+        self.dim = hidden_size(self.model)
         tok = self.tokenizer
         special = [tok.cls_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id]
         self.unused_token_ids = np.array(sorted({int(t) for t in special if t is not None}), dtype=np.int64)
@@ -144,7 +145,7 @@ def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto", mul
     path = resolve_model_dir(spec["checkpoint"])
     heads = [SPARSE_HEAD, COLBERT_HEAD] if multivec else [SPARSE_HEAD]
     ckpt = load_checkpoint(path, "AutoModel", device, dtype, required_files=heads)
-    hidden = int(ckpt.model.config.hidden_size)
+    hidden = hidden_size(ckpt.model)
     sparse = _load_head(path / SPARSE_HEAD, hidden, 1)
     colbert = _load_head(path / COLBERT_HEAD, hidden, None) if multivec else None
     for head in (sparse, colbert):

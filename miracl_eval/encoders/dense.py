@@ -22,7 +22,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from miracl_eval.encoders.base import DENSE, Checkpoint, Role, TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.encoders.base import (
+    DENSE,
+    Checkpoint,
+    Role,
+    TransformerEncoder,
+    hidden_size,
+    load_checkpoint,
+    resolve_model_dir,
+)
 from miracl_eval.errors import InputError
 
 
@@ -35,7 +43,7 @@ class DenseEncoder(TransformerEncoder):
         self.pooling = str(spec["pooling"])
         self.normalize = bool(spec["normalize"])
         super().__init__(ckpt, spec, suffix_ids=_eos_suffix(ckpt) if self.pooling == "last" else ())
-        self.dim = int(self.model.config.hidden_size)
+        self.dim = hidden_size(self.model)
 
     def prepare(self, texts: Sequence[str], role: Role) -> list[str]:
         if role == "passage":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -143,7 +144,7 @@ def _qrels(qrels: Mapping[str, dict[str, int]] | str | os.PathLike[str]) -> Mapp
     return qrels if isinstance(qrels, Mapping) else metrics.load_qrels(qrels)
 
 
-ComponentsSource = Components | pa.Table | str | os.PathLike[str]
+ComponentsSource: TypeAlias = Components | pa.Table | str | os.PathLike[str]
 
 
 def _components(source: ComponentsSource) -> Components:
@@ -181,7 +182,7 @@ def sensitivity(
         else:
             source = components
         if id(source) not in loaded:
-            loaded[id(source)] = _components(source)  # type: ignore[arg-type]
+            loaded[id(source)] = _components(source)
         comp = loaded[id(source)]
         needed = method_weights(method, 0.0)
         if not all(comp.has(name) for name in needed):

@@ -34,6 +34,7 @@ import os
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +59,7 @@ COLUMNS: tuple[str, ...] = (
 # --------------------------------------------------------------------------- inputs
 
 
-PerQuery = str | os.PathLike[str] | pa.Table | Mapping[str, float]
+PerQuery: TypeAlias = str | os.PathLike[str] | pa.Table | Mapping[str, float]
 
 
 def per_query_values(source: PerQuery, measure: str) -> dict[str, float]:

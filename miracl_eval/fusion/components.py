@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,7 @@ def _passage_texts(corpus: PathLike, needed: pa.Array, title_join: str | None) -
         keep = pc.is_in(batch.column("docid"), value_set=needed)
         if pc.any(keep).as_py():
             sub = batch.filter(keep)
-            texts.update(zip(sub.column("docid").to_pylist(), passage_texts(sub, title_join), strict=True))
+            texts.update(zip(sub.column("docid").to_pylist(), cast(list[str], passage_texts(sub, title_join)), strict=True))
     return texts
 
 

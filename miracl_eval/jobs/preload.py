@@ -285,15 +285,16 @@ def serve(name: str, idle: float) -> None:
         if not ready:
             continue
         conn, _ = listener.accept()
+        child: int | None
         try:
-            pid = _start_child(listener, conn) if _same_user(conn) else None
+            child = _start_child(listener, conn) if _same_user(conn) else None
         except Exception:  # noqa: BLE001 - a bad request must not end the server
             traceback.print_exc()
-            pid = None
+            child = None
         finally:
             conn.close()
-        if pid:
-            children.add(pid)
+        if child:
+            children.add(child)
         last = time.monotonic()
     listener.close()
     print(f"preload server {os.getpid()} idle for {idle:g} s: exiting", flush=True)

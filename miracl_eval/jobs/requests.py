@@ -251,6 +251,7 @@ def dense_gflop(name: str, settings: Settings, passages: int, queries: int, dim:
             return 0.0
         sample = min(passages, max(64 * lists, 10_000))
         return (KMEANS_ITERATIONS * sample * lists * dim + passages * (lists + 256) * dim) / 1e9
+    per_query: float
     if settings.index_type == "flat":
         per_query = passages * dim
     elif settings.index_type == "ivfpq":

@@ -130,7 +130,7 @@ def anserini_jar() -> str:
     import importlib.resources
 
     jars = importlib.resources.files("pyserini.resources.jars")
-    found = sorted(str(p) for p in jars.iterdir() if str(p).endswith("-fatjar.jar"))  # type: ignore[attr-defined]
+    found = sorted(str(p) for p in jars.iterdir() if str(p).endswith("-fatjar.jar"))
     if not found:
         raise MiraclEvalError("pyserini's Anserini jar was not found; reinstall pyserini")
     return found[-1]

@@ -51,7 +51,7 @@ def ensure_jvm(max_heap: str | None = None) -> None:
         def add_options(*opts: str) -> None:
             original(*[o for o in opts if _DROPPED not in o])
 
-        jnius_config.add_options = add_options  # type: ignore[assignment]
+        jnius_config.add_options = add_options
         heap = os.environ.get("MIRACL_EVAL_JAVA_HEAP") or max_heap
         if heap:
             original(f"-Xmx{heap}")

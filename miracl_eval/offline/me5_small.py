@@ -179,7 +179,7 @@ def _normalizer(e5: E5File) -> Normalizer:
     # Chained passes are only the map if no replacement is mapped again.
     if any(ch in e5.normalization for out in rest.values() for ch in map(ord, out)):
         raise InputError(e5.path, "the normalisation map maps some replacements again; cannot chain it")
-    steps = [normalizers.Prepend(" ")]
+    steps: list[normalizers.Normalizer] = [normalizers.Prepend(" ")]
     if deleted:
         steps.append(normalizers.Replace(Regex(_char_class(deleted)), ""))
     if spaced:

@@ -149,6 +149,7 @@ def _model(
         max_position_embeddings=max_position,
         initializer_range=initializer_range,
     )
+    config: transformers.PretrainedConfig
     if kind == "decoder":
         config = transformers.MistralConfig(
             **sizes,
@@ -251,7 +252,7 @@ def build_tiny_checkpoint(
     heads_out: dict[str, torch.nn.Linear] = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _model(kind, *sizes)
+        model: Any = _model(kind, *sizes)
         if kind == "bge-m3":
             heads_out = {
                 "colbert_linear.pt": torch.nn.Linear(hidden, hidden),

@@ -7,6 +7,7 @@ Snakemake wildcard patterns, parsed here), and counted only when its wildcards a
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -160,7 +161,7 @@ def stage_costs_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
             [
                 "all rules",
                 sum(int(r["jobs"]) for r in rows),  # type: ignore[call-overload]
-                num(sum(float(r["total_s"]) for r in rows), 1),  # type: ignore[arg-type]
+                num(math.fsum(float(r["total_s"]) for r in rows), 1),  # type: ignore[arg-type]
                 num(max(maxs) if maxs else None, 1),
                 num(max(rss) if rss else None, 0),
             ]
