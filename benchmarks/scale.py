@@ -738,7 +738,8 @@ def ours_evaluate(c: Ctx) -> Prepared:
     from miracl_eval.evaluation.metrics import evaluate_stage
 
     def work() -> dict:
-        means = evaluate_stage(c.kept_q / "bm25.parquet", c.queries / "qrels.parquet", c.out / "per_query.parquet")
+        out = c.out / "per_query.parquet"
+        means = evaluate_stage([c.kept_q / "bm25.parquet"], [c.queries / "qrels.parquet"], [out])[str(out)]
         return {"queries": c.q, "ndcg@10": round(means["nDCG@10"], 4)}
 
     return work, None

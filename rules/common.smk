@@ -226,6 +226,8 @@ def fusion_components(wildcards):
 # the workflow only reads the sizes that it knows before the job runs.
 
 REQUEST_SETTINGS = requests.Settings.from_config(config)
+#: estimates whose job covers every partition (its queries are all of them)
+ALL_PARTITIONS = ("evaluate", "report")
 
 
 def _rows(path, input):
@@ -284,7 +286,9 @@ def job_sizes(name, wildcards, input, threads):
             sizes["passages"] = _rows(
                 expand(PATHS["corpus"], dataset=w["dataset"], corpus=corpus)[0], input
             )
-        parts = [w["part"]] if "part" in w else (PARTS if name == "report" else [])
+        parts = (
+            [w["part"]] if "part" in w else (PARTS if name in ALL_PARTITIONS else [])
+        )
         if parts:
             sizes["queries"] = sum(
                 _rows(expand(PATHS["queries"], dataset=DATASET.name, part=p)[0], input)

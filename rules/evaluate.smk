@@ -1,16 +1,19 @@
-# nDCG@10 and Recall@100 with trec_eval semantics, per query and as tables.
+# nDCG@10 and Recall@100 with trec_eval semantics, per query and as tables: one evaluation job per row
+# (every partition; a second of work each), one table job.
 
 
 rule evaluate:
     input:
-        run=PATHS["run"],
-        qrels=PATHS["qrels"],
+        runs=expand(path("run", dataset="{{dataset}}", system="{{system}}"), part=PARTS),
+        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
     output:
-        PATHS["per_query"],
+        expand(
+            path("per_query", dataset="{{dataset}}", system="{{system}}"), part=PARTS
+        ),
     log:
-        log_path("evaluate/{part}/{system}"),
+        log_path("evaluate/{system}"),
     benchmark:
-        benchmark_path("evaluate/{part}/{system}")
+        benchmark_path("evaluate/{system}")
     conda:
         "../envs/eval.yaml"
     threads: 1

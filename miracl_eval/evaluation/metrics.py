@@ -199,12 +199,23 @@ def write_tables(
 
 
 def evaluate_stage(
-    run: str | os.PathLike[str], qrels: str | os.PathLike[str], output: str | os.PathLike[str]
-) -> dict[str, float]:
-    """Stage entry point: per-query values of one run, written as Parquet; returns the means."""
-    table = evaluate_run(run, load_qrels(qrels))
-    schemas.write_table(table, output, schemas.PER_QUERY)
-    return mean_by_measure(table)
+    runs: Sequence[str | os.PathLike[str]],
+    qrels: Sequence[str | os.PathLike[str]],
+    outputs: Sequence[str | os.PathLike[str]],
+) -> dict[str, dict[str, float]]:
+    """Stage entry point: the per-query values of one row's runs (one per partition, each with the
+    partition's qrels), each written as Parquet; returns the means, by output file.
+
+    One job evaluates a row on every partition: an evaluation is a second of work, and a job each
+    (row x partition) would spend more on starting than on evaluating."""
+    if not len(runs) == len(qrels) == len(outputs):
+        raise ValueError(f"{len(runs)} runs, {len(qrels)} qrels files and {len(outputs)} outputs")
+    means = {}
+    for run, judged, output in zip(runs, qrels, outputs, strict=True):
+        table = evaluate_run(run, load_qrels(judged))
+        schemas.write_table(table, output, schemas.PER_QUERY)
+        means[str(output)] = mean_by_measure(table)
+    return means
 
 
 def keyed_inputs(
