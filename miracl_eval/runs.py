@@ -10,7 +10,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import BinaryIO, Literal
 
 import numpy as np
@@ -19,7 +18,6 @@ import pyarrow.compute as pc
 
 from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output
-from miracl_eval.errors import InputError
 from miracl_eval.ids import first_bad_id, id_problem
 
 
@@ -84,28 +82,6 @@ def write_run(table: pa.Table, parquet: str | os.PathLike[str], trec: str | os.P
     """Write a run as Parquet and as a TREC file, both atomically."""
     with RunWriter(parquet, trec, tag, schema=table.schema) as writer:
         writer.write(table)
-
-
-def read_trec(path: str | os.PathLike[str]) -> pa.Table:
-    """Read a 6-column TREC run file into a run table, checking each line."""
-    path = Path(path)
-    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise InputError(path, f"expected 6 fields, found {len(fields)}", lineno)
-            try:
-                rank, score = int(fields[3]), float(fields[4])
-            except ValueError:
-                raise InputError(path, "rank must be an integer and score a number", lineno) from None
-            cols["qid"].append(fields[0])
-            cols["docid"].append(fields[2])
-            cols["rank"].append(rank)
-            cols["score"].append(score)
-    return pa.table(cols, schema=schemas.RUN)
 
 
 def read_run(path: str | os.PathLike[str]) -> pa.Table:

@@ -1,6 +1,7 @@
 # Shared names and input functions. Every path pattern of the workflow is spelled here, once (PATHS).
 
 import errno
+import re
 
 from miracl_eval.jobs import requests
 from miracl_eval.config.validate import fill_placeholders

@@ -18,7 +18,7 @@ rule hybrid:
     wildcard_constraints:
         hybrid=_alternatives(HYBRIDS),
     conda:
-        "../envs/eval.yaml"
+        "../envs/hybrid.yaml"
     threads: 1
     resources:
         **request("hybrid"),

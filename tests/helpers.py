@@ -18,7 +18,7 @@ import yaml
 from miracl_eval import schemas
 from miracl_eval.config.validate import validate
 from miracl_eval.encoders.outputs import iter_sparse_batches, iter_vector_batches, vector_dim
-from miracl_eval.errors import ConfigError
+from miracl_eval.errors import ConfigError, InputError
 from miracl_eval.lucene.anserini import autoclass
 from miracl_eval.lucene.sparse import FACTOR, quantize, term
 from miracl_eval.types import PathLike
@@ -259,3 +259,25 @@ def count_documents(index: str | os.PathLike[str]) -> int:
     finally:
         reader.close()
         directory.close()
+
+
+def read_trec(path: str | os.PathLike[str]) -> pa.Table:
+    """Read a 6-column TREC run file into a run table, checking each line."""
+    path = Path(path)
+    cols: dict[str, list] = {"qid": [], "docid": [], "rank": [], "score": []}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise InputError(path, f"expected 6 fields, found {len(fields)}", lineno)
+            try:
+                rank, score = int(fields[3]), float(fields[4])
+            except ValueError:
+                raise InputError(path, "rank must be an integer and score a number", lineno) from None
+            cols["qid"].append(fields[0])
+            cols["docid"].append(fields[2])
+            cols["rank"].append(rank)
+            cols["score"].append(score)
+    return pa.table(cols, schema=schemas.RUN)

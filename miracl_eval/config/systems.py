@@ -94,11 +94,6 @@ def systems(config: Mapping[str, Any]) -> list[System]:
     return parse_methods(config["methods"], config["models"], config["hybrids"])
 
 
-def model_methods(config: Mapping[str, Any], model: str) -> list[str]:
-    """The methods of ``model`` in the table, direct or needed by a hybrid."""
-    return [s.method for s in systems(config) if s.model == model]
-
-
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{"bm25": {"k1": 0.9}}`` → ``{"bm25.k1": 0.9}``."""
     flat: dict[str, object] = {}

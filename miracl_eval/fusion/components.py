@@ -49,7 +49,9 @@ def _passage_texts(corpus: PathLike, needed: pa.Array, title_join: str | None) -
         keep = pc.is_in(batch.column("docid"), value_set=needed)
         if pc.any(keep).as_py():
             sub = batch.filter(keep)
-            texts.update(zip(sub.column("docid").to_pylist(), cast(list[str], passage_texts(sub, title_join)), strict=True))
+            texts.update(
+                zip(sub.column("docid").to_pylist(), cast(list[str], passage_texts(sub, title_join)), strict=True)
+            )
     return texts
 
 

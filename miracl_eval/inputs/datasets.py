@@ -7,7 +7,7 @@ analyzer to use, how titles are joined to passages, and where the hub keeps its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MIRACL_LANGUAGES: tuple[str, ...] = (
     "ar", "bn", "en", "es", "fa", "fi", "fr", "hi", "id",
@@ -56,8 +56,6 @@ class Dataset:
     #: the release of the topics and qrels when the hub's file names fix it; None: resolved from
     #: the hub's file list (``hub.version_pattern``, setting ``hub.messirve_version``)
     version: str | None = None
-    citation: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
     def corpus_of(self, partition: str) -> str:
         """The corpus that a partition's queries are searched against."""
@@ -86,7 +84,6 @@ MIRACL = Dataset(
         qrels_file="miracl-v1.0-{part}/qrels/qrels.miracl-v1.0-{part}-{split}.tsv",
     ),
     version="v1.0",
-    citation="Zhang et al., MIRACL, TACL 2023 (arXiv:2210.09984)",
 )
 
 MESSIRVE = Dataset(
@@ -109,7 +106,6 @@ MESSIRVE = Dataset(
     shared_corpus="eswiki",
     language="es",
     mean_column=False,
-    citation="Valentini et al., MessIRve, 2024 (arXiv:2409.05994)",
 )
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE)}

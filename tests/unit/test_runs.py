@@ -10,8 +10,8 @@ import pytest
 
 from miracl_eval.lucene.anserini import anserini_jar
 from miracl_eval.lucene.jvm import java_executable
-from miracl_eval.runs import read_run, read_trec, write_run
-from tests.helpers import rank_hits
+from miracl_eval.runs import read_run, write_run
+from tests.helpers import rank_hits, read_trec
 
 
 def test_rank_hits_orders_by_score_then_docid_and_keeps_qid_docid() -> None:

@@ -10,8 +10,8 @@ import yaml
 
 from miracl_eval.evaluation.published import read_results_table
 from miracl_eval.lucene.anserini import index_analysis
-from miracl_eval.runs import read_run, read_trec
-from tests.helpers import BM25_LANGS, SAMPLE, planned_jobs, sample_config, snakemake, write_config
+from miracl_eval.runs import read_run
+from tests.helpers import BM25_LANGS, SAMPLE, planned_jobs, read_trec, sample_config, snakemake, write_config
 
 LANGS = BM25_LANGS
 

@@ -16,8 +16,8 @@ from miracl_eval.encoders.outputs import iter_vector_batches
 from miracl_eval.errors import InputError
 from miracl_eval.faiss.index import build_dense_index
 from miracl_eval.faiss.search import dense_search
-from miracl_eval.runs import rank_table, read_run, read_trec
-from tests.helpers import REPO, load_vectors, rank_hits, write_vectors
+from miracl_eval.runs import rank_table, read_run
+from tests.helpers import REPO, load_vectors, rank_hits, read_trec, write_vectors
 
 DIM = 24
 

@@ -22,8 +22,8 @@ from miracl_eval.fusion.scores import (
     sparse_scores,
 )
 from miracl_eval.fusion.weighted import COMPONENTS, MissingComponentError, fuse, fuse_stage
-from miracl_eval.runs import read_run, read_trec
-from tests.helpers import rank_hits, sparse_dot, write_vectors, write_weights
+from miracl_eval.runs import read_run
+from tests.helpers import rank_hits, read_trec, sparse_dot, write_vectors, write_weights
 
 
 def run_table(hits: dict[str, list[tuple[str, float]]]) -> pa.Table:

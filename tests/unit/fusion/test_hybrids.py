@@ -18,8 +18,8 @@ from miracl_eval import schemas
 from miracl_eval.config.hybrids import HYBRID_METHODS, HYBRID_SCHEMA, check_hybrid
 from miracl_eval.errors import ConfigError, InputError
 from miracl_eval.fusion.hybrids import fuse_runs, hybrid_stage
-from miracl_eval.runs import read_run, read_trec, write_run
-from tests.helpers import REPO, rank_hits
+from miracl_eval.runs import read_run, write_run
+from tests.helpers import REPO, rank_hits, read_trec
 
 # Passage ids that look like numbers ("007" and "7" are different passages) and a qid-like one.
 DOCIDS = ["1", "7", "007", "12", "10020#0", "10020#1", "d3", "d4", "2.5", "33"]

@@ -12,8 +12,8 @@ import pytest
 from miracl_eval import schemas
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.lucene.sparse import build_sparse_index, iter_query_vectors, quantize, sparse_search
-from miracl_eval.runs import read_run, read_trec
-from tests.helpers import load_sparse, query_string, sparse_dot, write_weights
+from miracl_eval.runs import read_run
+from tests.helpers import load_sparse, query_string, read_trec, sparse_dot, write_weights
 
 
 def quantized(vec: dict[int, float]) -> dict[int, int]:
