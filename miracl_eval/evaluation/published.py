@@ -33,6 +33,7 @@ from decimal import Decimal, InvalidOperation
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+from typing import TypedDict
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.config.systems import METHOD_NAMES, system_facts
@@ -215,6 +216,24 @@ def _our_value(ours: Mapping[str, float], partition: str, languages: Sequence[st
     return None
 
 
+class SideBySideRow(TypedDict):
+    """Our value beside one comparable published value (:data:`SIDE_BY_SIDE_COLUMNS`)."""
+
+    dataset: str
+    split: str
+    measure: str
+    method: str
+    partition: str
+    source_id: str
+    system: str
+    model: str
+    ours: float
+    theirs: float
+    diff: float
+    published: str
+    scale: int
+
+
 SIDE_BY_SIDE_COLUMNS: tuple[str, ...] = (
     "dataset", "split", "measure", "method", "partition", "source_id", "system", "model",
     "ours", "theirs", "diff", "published", "scale",
@@ -229,7 +248,7 @@ def side_by_side(
     run_config: Mapping[str, object],
     published: Sequence[Row] | None = None,
     comparable: Collection[str] | None = None,
-) -> list[dict[str, object]]:
+) -> list[SideBySideRow]:
     """Our values next to every comparable published value.
 
     ``ours`` maps a row label (``bm25``, ``bge-m3/all``, ...) → partition → value (0–1). A published ``mean`` (the source's average
@@ -252,7 +271,7 @@ def side_by_side(
     for r in relevant:
         if r.partition != MEAN:
             languages.setdefault((r.source_id, r.system), []).append(r.partition)
-    out: list[dict[str, object]] = []
+    out: list[SideBySideRow] = []
     for method, values in ours.items():
         facts = row_facts(run_config, method)
         for r in relevant:
@@ -313,10 +332,10 @@ def read_results_table(path: str | os.PathLike[str]) -> dict[str, dict[str, floa
     return values
 
 
-def format_side_by_side(rows: Sequence[Mapping[str, object]]) -> str:
+def format_side_by_side(rows: Sequence[SideBySideRow]) -> str:
     return format_tsv(SIDE_BY_SIDE_COLUMNS, rows)
 
 
-def write_side_by_side(rows: Sequence[Mapping[str, object]], path: str | os.PathLike[str]) -> None:
+def write_side_by_side(rows: Sequence[SideBySideRow], path: str | os.PathLike[str]) -> None:
     """Write :func:`side_by_side` rows as TSV, atomically (floats round-trip exactly)."""
     write_text_atomic(path, format_side_by_side(rows))

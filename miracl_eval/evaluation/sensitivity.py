@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TypeAlias
+from typing import TypeAlias, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -144,6 +144,15 @@ def _qrels(qrels: Mapping[str, dict[str, int]] | str | os.PathLike[str]) -> Mapp
     return qrels if isinstance(qrels, Mapping) else metrics.load_qrels(qrels)
 
 
+class SensitivityRow(TypedDict):
+    """One row of the sensitivity table (:data:`COLUMNS`)."""
+
+    partition: str
+    method: str
+    sparse_weight: float
+    ndcg10: float
+
+
 ComponentsSource: TypeAlias = Components | pa.Table | str | os.PathLike[str]
 
 
@@ -162,7 +171,7 @@ def sensitivity(
     weights: Sequence[float] = DEFAULT_WEIGHTS,
     methods: Sequence[str] = METHODS,
     depth: int | None = 10,
-) -> list[dict[str, object]]:
+) -> list[SensitivityRow]:
     """nDCG@10 of the fused methods for each sparse weight (rows of :data:`COLUMNS`).
 
     ``components`` is one components file (or table) for every method, or a mapping
@@ -173,7 +182,7 @@ def sensitivity(
     judged = _qrels(qrels)
     per_method = isinstance(components, Mapping)
     loaded: dict[int, Components] = {}
-    rows: list[dict[str, object]] = []
+    rows: list[SensitivityRow] = []
     for method in methods:
         if per_method:
             if method not in components:  # type: ignore[operator]
@@ -209,11 +218,11 @@ def sensitivity_table(
     weights: Sequence[float] = DEFAULT_WEIGHTS,
     methods: Sequence[str] = METHODS,
     output: str | os.PathLike[str] | None = None,
-) -> list[dict[str, object]]:
+) -> list[SensitivityRow]:
     """:func:`sensitivity` for every partition of ``components`` (partition → file, or
     partition → {method → file}); with ``output`` the tidy table is also written as TSV,
     atomically."""
-    rows: list[dict[str, object]] = []
+    rows: list[SensitivityRow] = []
     for part, comp in components.items():
         if part not in qrels:
             raise KeyError(f"no qrels for partition {part!r}")
@@ -223,12 +232,12 @@ def sensitivity_table(
     return rows
 
 
-def format_sensitivity(rows: Sequence[Mapping[str, object]], digits: int = 6) -> str:
+def format_sensitivity(rows: Sequence[SensitivityRow], digits: int = 6) -> str:
     lines = ["\t".join(COLUMNS)]
     for r in rows:
         lines.append(f"{r['partition']}\t{r['method']}\t{r['sparse_weight']:g}\t{r['ndcg10']:.{digits}f}")
     return "\n".join(lines) + "\n"
 
 
-def write_sensitivity(rows: Sequence[Mapping[str, object]], path: str | os.PathLike[str]) -> None:
+def write_sensitivity(rows: Sequence[SensitivityRow], path: str | os.PathLike[str]) -> None:
     write_text_atomic(path, format_sensitivity(rows))

@@ -34,7 +34,7 @@ import os
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +57,32 @@ COLUMNS: tuple[str, ...] = (
 
 
 # --------------------------------------------------------------------------- inputs
+
+
+class SignificanceRow(TypedDict):
+    """One row of the significance table (:data:`COLUMNS`)."""
+
+    measure: str
+    partition: str
+    method_a: str
+    method_b: str
+    mean_a: float
+    mean_b: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_queries: int
+
+
+class DifferenceRow(TypedDict):
+    """One query of :func:`top_differences`."""
+
+    qid: str
+    value_a: float
+    value_b: float
+    diff: float
+    direction: str
 
 
 PerQuery: TypeAlias = str | os.PathLike[str] | pa.Table | Mapping[str, float]
@@ -269,7 +295,7 @@ def significance_rows(
     seed: int = SEED,
     confidence: float = 0.95,
     mean_row: bool = True,
-) -> list[dict[str, object]]:
+) -> list[SignificanceRow]:
     """Rows of the significance table (see :data:`COLUMNS`), pair-major, partitions then mean."""
     if partitions is None:
         partitions = list(dict.fromkeys(p for _, p in per_query))
@@ -283,7 +309,7 @@ def significance_rows(
             cache[key] = per_query_values(per_query[key], measure)
         return cache[key]
 
-    rows: list[dict[str, object]] = []
+    rows: list[SignificanceRow] = []
     for method_a, method_b in pairs:
         results = []
         for part in partitions:
@@ -341,7 +367,7 @@ def significance_table(
     seed: int = SEED,
     confidence: float = 0.95,
     mean_row: bool = True,
-) -> list[dict[str, object]]:
+) -> list[SignificanceRow]:
     """Significance of each ``(method_a, method_b)`` pair per partition and over partitions.
 
     ``per_query_files`` maps ``(method, partition)`` to a per-query Parquet file (schema
@@ -361,7 +387,7 @@ def significance_table(
 
 def top_differences(
     per_query_a: PerQuery, per_query_b: PerQuery, n: int = 10, measure: str = "nDCG@10"
-) -> list[dict[str, object]]:
+) -> list[DifferenceRow]:
     """The queries where A and B differ most: up to ``n`` wins of A, then up to ``n`` losses.
 
     Each row: ``qid``, ``value_a``, ``value_b``, ``diff`` (= a − b), ``direction`` (``win`` or

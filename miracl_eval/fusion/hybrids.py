@@ -33,7 +33,6 @@ has none of these effects.
 
 from __future__ import annotations
 
-# ---- from hybrid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 

@@ -4,7 +4,6 @@ and HTML, with the comparability check of the data (:mod:`miracl_eval.evaluation
 
 from __future__ import annotations
 
-# ---- from report
 import html
 import logging
 from collections.abc import Collection, Mapping, Sequence
@@ -23,11 +22,11 @@ def published_rows(
     split: str,
     run_config: Mapping[str, object],
     comparable: Collection[str],
-) -> list[dict[str, object]]:
+) -> list[published.SideBySideRow]:
     """:func:`miracl_eval.evaluation.published.side_by_side` rows of every measure; ``tables`` maps an
     ir_measures name (``nDCG@10``, ``R@100``) to our results table; only the ``comparable``
     partitions (:mod:`miracl_eval.evaluation.comparability`) are compared."""
-    rows: list[dict[str, object]] = []
+    rows: list[published.SideBySideRow] = []
     shipped = published.load_published()
     for measure, path in tables.items():
         ours = published.read_results_table(path)
@@ -58,7 +57,7 @@ def comparability_html(checks: Sequence[Mapping[str, str]]) -> str:
     return html_table(header, rows, classes, text_columns=(0, 7, 8, 9))
 
 
-def published_html(rows: Sequence[Mapping[str, object]], title: str, checks: Sequence[Mapping[str, str]]) -> str:
+def published_html(rows: Sequence[published.SideBySideRow], title: str, checks: Sequence[Mapping[str, str]]) -> str:
     note = (
         "Our numbers next to every published number computed on the same data (the full corpus, topics and qrels "
         "of the partition; a published mean only when all of its languages are) and whose configuration matches "
@@ -92,9 +91,9 @@ def published_html(rows: Sequence[Mapping[str, object]], title: str, checks: Seq
             r["partition"],
             r["system"],
             r["source_id"],
-            fmt(float(r["ours"])),  # type: ignore[arg-type]
-            fmt(float(r["theirs"])),  # type: ignore[arg-type]
-            signed(float(r["diff"])),  # type: ignore[arg-type]
+            fmt(r["ours"]),
+            fmt(r["theirs"]),
+            signed(r["diff"]),
             f"{r['published']}" + (" (×100)" if r["scale"] == 100 else ""),
         ]
         for r in rows

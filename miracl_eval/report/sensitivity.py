@@ -5,10 +5,9 @@ what it is: a view on the evaluation set, never used to pick weights.
 
 from __future__ import annotations
 
-# ---- from report
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from miracl_eval.evaluation import metrics, sensitivity
 from miracl_eval.report.charts import pyplot, save_figure
@@ -32,7 +31,7 @@ def sensitivity_weights(fixed: float, grid: Sequence[float] = sensitivity.DEFAUL
 
 
 def sensitivity_plot(
-    rows: Sequence[Mapping[str, object]],
+    rows: Sequence[sensitivity.SensitivityRow],
     partitions: Sequence[str],
     methods: Sequence[str],
     fixed_weight: float,
@@ -44,9 +43,7 @@ def sensitivity_plot(
     plt = pyplot()
     data: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in rows:
-        data.setdefault((str(r["partition"]), str(r["method"])), []).append(
-            (float(r["sparse_weight"]), float(r["ndcg10"]))  # type: ignore[arg-type]
-        )
+        data.setdefault((r["partition"], r["method"]), []).append((r["sparse_weight"], r["ndcg10"]))
     panels = list(partitions)
     if mean_panel and len(partitions) > 1:
         for m in methods:

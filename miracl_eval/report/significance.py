@@ -5,10 +5,9 @@ and as a readable matrix (pair x partition).
 
 from __future__ import annotations
 
-# ---- from report
 import html
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.evaluation import metrics, significance
@@ -19,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def significance_html(
-    rows: Sequence[Mapping[str, object]], title: str, alpha: float = 0.05, note: str | None = None
+    rows: Sequence[significance.SignificanceRow], title: str, alpha: float = 0.05, note: str | None = None
 ) -> str:
     """The significance rows as one matrix per measure (pair × partition), then in full."""
     body: list[str] = []
@@ -39,14 +38,14 @@ def significance_html(
                     cls.append("")
                     tit.append("")
                     continue
-                diff, pv = float(r["diff"]), float(r["p_value"])  # type: ignore[arg-type]
+                diff, pv = r["diff"], r["p_value"]
                 stars = "**" if pv < alpha / 5 else "*" if pv < alpha else ""
                 cells.append(f"{signed(diff)}{stars}")
                 sig = "sig-pos" if pv < alpha and diff > 0 else "sig-neg" if pv < alpha and diff < 0 else ""
                 cls.append(" ".join(k for k in (sig, "mean" if p == metrics.MEAN else "") if k))
                 tit.append(
-                    f"{a} {float(r['mean_a']):.4f}, {b} {float(r['mean_b']):.4f}; "  # type: ignore[arg-type]
-                    f"95% CI of the difference [{float(r['ci_low']):+.4f}, {float(r['ci_high']):+.4f}]; "  # type: ignore[arg-type]
+                    f"{a} {r['mean_a']:.4f}, {b} {r['mean_b']:.4f}; "
+                    f"95% CI of the difference [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]; "
                     f"p = {pv:.4g}; {r['n_queries']} queries"
                 )
             table_rows.append(cells)
@@ -66,11 +65,11 @@ def significance_html(
                 r["partition"],
                 r["method_a"],
                 r["method_b"],
-                fmt(float(r["mean_a"])),  # type: ignore[arg-type]
-                fmt(float(r["mean_b"])),  # type: ignore[arg-type]
-                signed(float(r["diff"])),  # type: ignore[arg-type]
-                f"[{float(r['ci_low']):+.4f}, {float(r['ci_high']):+.4f}]",  # type: ignore[arg-type]
-                f"{float(r['p_value']):.4g}",  # type: ignore[arg-type]
+                fmt(r["mean_a"]),
+                fmt(r["mean_b"]),
+                signed(r["diff"]),
+                f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
+                f"{r['p_value']:.4g}",
                 r["n_queries"],
             ]
             for r in rows
@@ -100,7 +99,7 @@ def significance_stage(
     ``mean_row``) over the partitions; TSV with :data:`miracl_eval.evaluation.significance.COLUMNS` and HTML."""
     files = metrics.keyed_inputs(per_query_files, methods, partitions)
     pair_list = [(str(a), str(b)) for a, b in pairs]
-    rows: list[dict[str, object]] = []
+    rows: list[significance.SignificanceRow] = []
     for measure in measures:
         rows += significance.significance_rows(
             files,

@@ -7,12 +7,11 @@ Snakemake wildcard patterns, parsed here), and counted only when its wildcards a
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.errors import InputError
@@ -84,6 +83,16 @@ def read_benchmark(path: PathLike) -> list[dict[str, float | None]]:
     return [{"s": parse_number(r[i_s]), "max_rss": parse_number(r[i_rss]) if i_rss is not None else None} for r in rows]
 
 
+class StageCostRow(TypedDict):
+    """One rule's costs (:data:`STAGE_COSTS_COLUMNS`)."""
+
+    rule: str
+    jobs: int
+    total_s: float
+    max_s: float | None
+    max_rss_mb: float | None
+
+
 def stage_costs(
     files: Iterable[PathLike],
     patterns: Mapping[str, str],
@@ -91,7 +100,7 @@ def stage_costs(
     skip_rules: Iterable[str] = (),
     root: PathLike | None = None,
     logs: Mapping[str, str] | None = None,
-) -> list[dict[str, object]]:
+) -> list[StageCostRow]:
     """Time and peak memory per rule (rows of :data:`STAGE_COSTS_COLUMNS`), rules in the order
     of ``patterns`` (rule → benchmark pattern, relative to ``root``).
 
@@ -148,20 +157,22 @@ def stage_costs(
     ]
 
 
-def stage_costs_html(rows: Sequence[Mapping[str, object]], title: str) -> str:
-    def num(v: object, digits: int) -> str:
-        return "-" if v is None else f"{float(v):.{digits}f}"  # type: ignore[arg-type]
+def stage_costs_html(rows: Sequence[StageCostRow], title: str) -> str:
+    def num(v: float | None, digits: int) -> str:
+        return "-" if v is None else f"{float(v):.{digits}f}"
 
-    table = [[r["rule"], r["jobs"], num(r["total_s"], 1), num(r["max_s"], 1), num(r["max_rss_mb"], 0)] for r in rows]
+    table: list[list[object]] = [
+        [r["rule"], r["jobs"], num(r["total_s"], 1), num(r["max_s"], 1), num(r["max_rss_mb"], 0)] for r in rows
+    ]
     classes: list[str] = [""] * len(table)
     if rows:
-        rss = [float(r["max_rss_mb"]) for r in rows if r["max_rss_mb"] is not None]  # type: ignore[arg-type]
-        maxs = [float(r["max_s"]) for r in rows if r["max_s"] is not None]  # type: ignore[arg-type]
+        rss = [v for r in rows if (v := r["max_rss_mb"]) is not None]
+        maxs = [v for r in rows if (v := r["max_s"]) is not None]
         table.append(
             [
                 "all rules",
-                sum(int(r["jobs"]) for r in rows),  # type: ignore[call-overload]
-                num(math.fsum(float(r["total_s"]) for r in rows), 1),  # type: ignore[arg-type]
+                sum(r["jobs"] for r in rows),
+                num(sum(r["total_s"] for r in rows), 1),
                 num(max(maxs) if maxs else None, 1),
                 num(max(rss) if rss else None, 0),
             ]
@@ -192,4 +203,4 @@ def stage_costs_stage(
     rows = stage_costs(files, patterns, allowed, skip_rules, root, logs)
     write_text_atomic(tsv_out, format_tsv(STAGE_COSTS_COLUMNS, rows))
     write_text_atomic(html_out, stage_costs_html(rows, f"Stage costs — {dataset}" if dataset else "Stage costs"))
-    return {"rules": len(rows), "jobs": sum(int(r["jobs"]) for r in rows)}  # type: ignore[call-overload]
+    return {"rules": len(rows), "jobs": sum(r["jobs"] for r in rows)}

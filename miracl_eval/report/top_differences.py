@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
@@ -16,6 +17,22 @@ from miracl_eval.tsv import format_tsv
 from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
+
+
+class TopDifferenceRow(TypedDict):
+    """One query of the top-differences table (:data:`TOP_DIFFERENCES_COLUMNS`)."""
+
+    measure: str
+    partition: str
+    method_a: str
+    method_b: str
+    direction: str
+    rank: int
+    qid: str
+    query: str
+    value_a: float
+    value_b: float
+    diff: float
 
 
 TOP_DIFFERENCES_COLUMNS: tuple[str, ...] = (
@@ -35,17 +52,17 @@ def top_differences_rows(
     n: int = 5,
     measure: str = metrics.PRIMARY.name,
     queries: Mapping[str, Mapping[str, str]] | None = None,
-) -> list[dict[str, object]]:
+) -> list[TopDifferenceRow]:
     """Per pair and partition, the ``n`` queries A wins most and the ``n`` it loses most
     (rows of :data:`TOP_DIFFERENCES_COLUMNS`; ``queries`` maps partition → qid → text)."""
-    rows: list[dict[str, object]] = []
+    rows: list[TopDifferenceRow] = []
     for a, b in pairs:
         for part in partitions:
             texts = (queries or {}).get(part, {})
             diffs = significance.top_differences(per_query[(a, part)], per_query[(b, part)], n, measure)
             rank = {"win": 0, "loss": 0}
             for d in diffs:
-                rank[str(d["direction"])] += 1
+                rank[d["direction"]] += 1
                 rows.append(
                     {
                         "measure": measure,
@@ -53,9 +70,9 @@ def top_differences_rows(
                         "method_a": a,
                         "method_b": b,
                         "direction": d["direction"],
-                        "rank": rank[str(d["direction"])],
+                        "rank": rank[d["direction"]],
                         "qid": d["qid"],
-                        "query": texts.get(str(d["qid"]), ""),
+                        "query": texts.get(d["qid"], ""),
                         "value_a": d["value_a"],
                         "value_b": d["value_b"],
                         "diff": d["diff"],
@@ -64,9 +81,9 @@ def top_differences_rows(
     return rows
 
 
-def top_differences_html(rows: Sequence[Mapping[str, object]], title: str, n: int) -> str:
+def top_differences_html(rows: Sequence[TopDifferenceRow], title: str, n: int) -> str:
     body: list[str] = []
-    groups: dict[tuple[str, str], list[Mapping[str, object]]] = {}
+    groups: dict[tuple[str, str], list[TopDifferenceRow]] = {}
     for r in rows:
         groups.setdefault((str(r["method_a"]), str(r["method_b"])), []).append(r)
     header = ["partition", "", "qid", "query", "A", "B", "A − B"]
@@ -78,9 +95,9 @@ def top_differences_html(rows: Sequence[Mapping[str, object]], title: str, n: in
                 f"{'win' if r['direction'] == 'win' else 'loss'} {r['rank']}",
                 r["qid"],
                 r["query"],
-                fmt(float(r["value_a"])),  # type: ignore[arg-type]
-                fmt(float(r["value_b"])),  # type: ignore[arg-type]
-                signed(float(r["diff"])),  # type: ignore[arg-type]
+                fmt(r["value_a"]),
+                fmt(r["value_b"]),
+                signed(r["diff"]),
             ]
             for r in sub
         ]
