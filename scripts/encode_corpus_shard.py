@@ -15,5 +15,5 @@ run_stage(
         plain((sm.input.corpus, int(sm.wildcards.shard), p.shard_size, dict(sm.output.items()), p.spec)),
         plain(dict(batch_size=p.batch_size, device=p.device, dtype=p.dtype, dense_dtype=p.dense_dtype)),
     ),
-    preload=sm.config["encoder"]["preload"],
+    preload=sm.config["preload"],
 )

@@ -2,8 +2,12 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.evaluation.metrics import evaluate_stage
-from miracl_eval.jobs.runner import run_stage
+from miracl_eval.jobs.preload import Call, plain  # noqa: E402
+from miracl_eval.jobs.runner import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-run_stage(sm, lambda: evaluate_stage(sm.input.runs, sm.input.qrels, list(sm.output)))
+run_stage(
+    sm,
+    Call("miracl_eval.evaluation.metrics", "evaluate_stage", plain((sm.input.runs, sm.input.qrels, list(sm.output)))),
+    preload=sm.config["preload"],
+)

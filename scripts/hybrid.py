@@ -2,17 +2,17 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.fusion.hybrids import hybrid_stage
-from miracl_eval.jobs.runner import run_stage
+from miracl_eval.jobs.preload import Call, plain  # noqa: E402
+from miracl_eval.jobs.runner import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
     sm,
-    lambda: hybrid_stage(
-        list(sm.input),
-        sm.output.run,
-        sm.output.trec,
-        tag=sm.params.tag,
-        settings=dict(sm.params.settings),
+    Call(
+        "miracl_eval.fusion.hybrids",
+        "hybrid_stage",
+        plain((list(sm.input), sm.output.run, sm.output.trec)),
+        plain(dict(tag=sm.params.tag, settings=dict(sm.params.settings))),
     ),
+    preload=sm.config["preload"],
 )

@@ -2,8 +2,16 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.inputs.preprocess import build_corpus_from
-from miracl_eval.jobs.runner import run_stage
+from miracl_eval.jobs.preload import Call, plain  # noqa: E402
+from miracl_eval.jobs.runner import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-run_stage(sm, lambda: build_corpus_from(sm.input[0], sm.output[0], sm.params.title_join))
+run_stage(
+    sm,
+    Call(
+        "miracl_eval.inputs.preprocess",
+        "build_corpus_from",
+        plain((sm.input[0], sm.output[0], sm.params.title_join)),
+    ),
+    preload=sm.config["preload"],
+)

@@ -22,5 +22,5 @@ run_stage(
         plain((i.dense_run, p.depth, i.queries, p.chunk_size, int(sm.wildcards.chunk), scored)),
         plain(dict(spec=p.spec, corpus=i.corpus, batch_size=p.batch_size, device=p.device, dtype=p.dtype)),
     ),
-    preload=sm.config["encoder"]["preload"],
+    preload=sm.config["preload"],
 )

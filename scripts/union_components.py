@@ -2,25 +2,24 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.fusion.components import union_components_stage
-from miracl_eval.jobs.runner import run_stage
+from miracl_eval.jobs.preload import Call, plain  # noqa: E402
+from miracl_eval.jobs.runner import run_stage  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 i = sm.input
+scored = {
+    "query_dense": i.query_dense,
+    "query_sparse": i.query_sparse,
+    "passage_dense": list(i.passage_dense),
+    "passage_sparse": list(i.passage_sparse),
+    "output": sm.output[0],
+}
 run_stage(
     sm,
-    lambda: union_components_stage(
-        i.dense_run,
-        i.sparse_run,
-        i.queries,
-        sm.params.chunk_size,
-        int(sm.wildcards.chunk),
-        {
-            "query_dense": i.query_dense,
-            "query_sparse": i.query_sparse,
-            "passage_dense": list(i.passage_dense),
-            "passage_sparse": list(i.passage_sparse),
-            "output": sm.output[0],
-        },
+    Call(
+        "miracl_eval.fusion.components",
+        "union_components_stage",
+        plain((i.dense_run, i.sparse_run, i.queries, sm.params.chunk_size, int(sm.wildcards.chunk), scored)),
     ),
+    preload=sm.config["preload"],
 )

@@ -128,7 +128,6 @@ def m3_config(languages: list[str] = M3_LANGS, m3: dict[str, Any] | None = None,
             "device": "cpu",
             "shard_size": 60,
             "batch_size": 8,
-            "preload": True,
         },  # about 160 passages: three shards each
         query_chunk=7,  # 11-13 queries per language: two rerank chunks each
     )

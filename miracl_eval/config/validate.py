@@ -29,6 +29,7 @@ LEGACY_KEYS: Mapping[str, str] = {
     "rerank_depth": "models: {bge-m3: {rerank_depth: 200}}",
     "encoder.query_max_length": "models: {bge-m3: {query_max_length: 256}}",
     "encoder.passage_max_length": "models: {bge-m3: {passage_max_length: 512}}",
+    "encoder.preload": "preload: true (top level: every Python stage's jobs, not only the encoders')",
 }
 
 

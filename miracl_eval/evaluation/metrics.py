@@ -26,6 +26,9 @@ T = TypeVar("T")
 
 
 #: the column of the unweighted mean over the partitions in results tables (and their readers)
+#: what a preload server imports for the evaluation stage (:mod:`miracl_eval.jobs.preload`)
+PRELOAD = ("pytrec_eval",)
+
 MEAN = "mean"
 
 

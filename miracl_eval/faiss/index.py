@@ -23,6 +23,9 @@ from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
 
+#: what a preload server imports for this stage (:mod:`miracl_eval.jobs.preload`)
+PRELOAD = ("faiss",)
+
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 

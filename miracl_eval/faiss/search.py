@@ -24,6 +24,9 @@ from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
 
+#: what a preload server imports for this stage (:mod:`miracl_eval.jobs.preload`)
+PRELOAD = ("faiss",)
+
 
 # Faiss GPU k-selection handles at most this many neighbours per query.
 GPU_MAX_K = 2048

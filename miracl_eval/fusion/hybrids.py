@@ -52,6 +52,10 @@ from miracl_eval.errors import InputError
 from miracl_eval.runs import read_run, write_run
 from miracl_eval.types import PathLike
 
+#: what a preload server imports for this stage (:mod:`miracl_eval.jobs.preload`): pyserini's fusion code,
+#: which imports pandas and no JVM
+PRELOAD = ("pyserini.fusion",)
+
 if TYPE_CHECKING:
     from pyserini.trectools import TrecRun
 

@@ -1,8 +1,9 @@
-"""Encoding jobs forked from a warm process: torch and transformers imported once a run, not once a job.
+"""Jobs forked from a warm process: torch, transformers, pyarrow and faiss imported once a run, not once a job.
 
 Every job of the workflow is a fresh Python process, and a job that loads a model first imports
 torch and transformers' model code: about 6 s on one core, more than the work of a job on a small
-corpus or a partition's queries. With ``encoder.preload`` (Linux, not under SLURM), such a job's
+corpus or a partition's queries; any other Python stage pays about 0.6 s for pyarrow (which imports
+pandas on its first array), faiss or ir_measures. With ``preload`` (Linux, not under SLURM), such a job's
 own process (the *relay*) asks a *preload server* to run the stage: the server has imported the
 stage's module (and the modules it lists in ``PRELOAD``) once, and forks a child for each job, which
 starts with them in memory. The child is the job in all that matters:
@@ -327,11 +328,16 @@ def _start_child(listener: socket.socket, conn: socket.socket) -> int | None:
         os._exit(70)
 
 
+#: what every stage imports before its work: pyarrow converts its first array by way of pandas, which
+#: it imports then (0.4 s on one core) whenever pandas is installed, as Snakemake's SLURM plugin needs
+COMMON_MODULES = ("numpy", "pyarrow.parquet", "pyarrow.compute", "pandas")
+
+
 def _warm(module_name: str) -> None:
     """Import a stage's module and the modules it lists in ``PRELOAD`` (errors are left to the child)."""
     try:
         module = importlib.import_module(module_name)
-        for extra in getattr(module, "PRELOAD", ()):
+        for extra in (*COMMON_MODULES, *getattr(module, "PRELOAD", ())):
             importlib.import_module(extra)
     except Exception:  # noqa: BLE001 - the child imports it again and reports the error to its job
         traceback.print_exc()

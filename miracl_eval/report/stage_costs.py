@@ -110,7 +110,7 @@ def stage_costs(
     repeats counts its mean time. ``total_s`` sums the jobs' wall-clock seconds (CPU-parallel
     jobs overlap, so it can exceed the run's elapsed time); ``max_rss_mb`` is the largest peak
     resident memory of one job. ``logs`` (rule → log pattern): a job that ran in a preloaded process
-    (``encoder.preload``) has that process's peak in its log, which its benchmark file lacks (it
+    (``preload``) has that process's peak in its log, which its benchmark file lacks (it
     measures the job's own relay process); that peak is counted instead.
     """
     skip = set(skip_rules)
@@ -181,7 +181,7 @@ def stage_costs_html(rows: Sequence[StageCostRow], title: str) -> str:
     note = (
         "From each job's benchmark file (stats/…): wall-clock seconds and peak resident memory (RSS). "
         "'total s' adds the jobs' times; jobs run in parallel overlap, so it can exceed the elapsed time. "
-        "A job run in a preloaded process (encoder.preload) counts that process's peak, from the job's log."
+        "A job run in a preloaded process (preload) counts that process's peak, from the job's log."
     )
     header = ["rule", "jobs", "total s", "max s", "max RSS MB"]
     return html_page(title, html_table(header, table, row_classes=classes), note)

@@ -42,9 +42,7 @@ TARGET = "results/miracl_ndcg.tsv"
 
 
 def models_config(models: dict | None = None, methods: list[str] | None = None, hybrids: dict | None = None) -> dict:
-    cfg = m3_config(
-        [LANG], encoder={"device": "cpu", "shard_size": 200, "batch_size": 8, "preload": True}, query_chunk=50
-    )
+    cfg = m3_config([LANG], encoder={"device": "cpu", "shard_size": 200, "batch_size": 8}, query_chunk=50, preload=True)
     cfg.update(
         models=copy.deepcopy(MODELS if models is None else models),
         methods=list(METHODS if methods is None else methods),
