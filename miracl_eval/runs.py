@@ -6,7 +6,6 @@ never writes an id that would break the 6 columns of a TREC line (:mod:`miracl_e
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -86,9 +85,6 @@ def write_run(table: pa.Table, parquet: str | os.PathLike[str], trec: str | os.P
 
 def read_run(path: str | os.PathLike[str]) -> pa.Table:
     return schemas.read_table(path, schemas.RUN)
-
-
-log = logging.getLogger(__name__)
 
 
 def rank_table(

@@ -9,7 +9,6 @@ impact indexes and the component scoring of fusion all read them through this mo
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Sequence
 
@@ -20,8 +19,6 @@ import pyarrow.parquet as pq
 from miracl_eval import schemas
 from miracl_eval.errors import InputError
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 def vector_dim(path: PathLike, key: str | None = None) -> tuple[str, int, str]:
@@ -88,9 +85,6 @@ def iter_vector_batches(
             if ids.null_count:
                 raise InputError(path, f"{ids.null_count} null id(s) in column '{k}'")
             yield ids, _vectors(path, batch.column("vector"), d, dtype)
-
-
-log = logging.getLogger(__name__)
 
 
 class SparseBatch:

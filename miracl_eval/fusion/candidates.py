@@ -10,17 +10,12 @@ Which method reads which list is :func:`miracl_eval.fusion.weighted.candidate_li
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from miracl_eval.runs import read_run
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
-
 
 PAIRS = pa.schema([("qid", pa.string()), ("docid", pa.string())])
 

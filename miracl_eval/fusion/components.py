@@ -13,7 +13,6 @@ set of independent jobs.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import TypedDict, cast
 
@@ -27,9 +26,6 @@ from miracl_eval.fusion.candidates import candidate_union, dense_candidates
 from miracl_eval.fusion.scores import SparseLookup, VectorLookup, VectorShards, WeightShards, score_components
 from miracl_eval.fusion.weighted import COMPONENTS
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
-
 
 #: imported once by a preload server before it forks the multi-vector rerank jobs (:mod:`.preload`)
 PRELOAD = ("miracl_eval.encoders.encode", "miracl_eval.encoders.bge_m3", *PRELOAD_MODULES)

@@ -16,7 +16,6 @@ separate lookups, so a qid equal to a docid is never dropped.
 from __future__ import annotations
 
 import abc
-import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -31,9 +30,6 @@ from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.fusion.candidates import PAIRS
 from miracl_eval.fusion.weighted import COMPONENT_NAMES, COMPONENTS, MissingComponentError
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
-
 
 SCORE_CHUNK = 16_384
 

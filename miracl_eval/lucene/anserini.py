@@ -45,9 +45,11 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output, scratch_dir
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.lucene.analyzers import Analysis
-from miracl_eval.lucene.jvm import java_executable
+from miracl_eval.lucene.jvm import java_executable, job_options
 from miracl_eval.runs import rank_table
 from miracl_eval.schemas import QUERY_CHUNK
+
+log = logging.getLogger(__name__)
 
 Hits = dict[str, list[tuple[str, float]]]
 
@@ -123,9 +125,6 @@ def whitespace_analyzer() -> Any:
     return autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
 
 
-log = logging.getLogger(__name__)
-
-
 def anserini_jar() -> str:
     import importlib.resources
 
@@ -186,10 +185,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # prctl(PR_SET_PDEATHSIG, SIGKILL)
 
 
-def run_anserini(main_class: str, args: list[str], log_path: str | os.PathLike[str] | None, heap: str) -> str:
+def run_anserini(
+    main_class: str,
+    args: list[str],
+    log_path: str | os.PathLike[str] | None,
+    heap: str,
+    jvm_options: tuple[str, ...] = (),
+) -> str:
     """Run an Anserini program in its own JVM; its output goes to ``log_path`` as it runs (appended),
     and is returned."""
-    cmd = [java_executable(), f"-Xmx{heap}", "-cp", anserini_jar(), main_class, *args]
+    cmd = [java_executable(), f"-Xmx{heap}", *jvm_options, "-cp", anserini_jar(), main_class, *args]
     log.info("running %s", " ".join(cmd))
     preexec = _die_with_parent if sys.platform == "linux" else None
     with ExitStack() as stack:
@@ -234,7 +239,9 @@ def build_index(
     out = Path(output)
     with atomic_output(out, directory=True) as index, scratch_dir(out) as collection:
         written = write(collection)
-        output = run_anserini("io.anserini.index.IndexCollection", args(collection, index), log_path, heap)
+        output = run_anserini(
+            "io.anserini.index.IndexCollection", args(collection, index), log_path, heap, job_options(written)
+        )
         # Anserini's own count of what it added (it logs, but does not fail on, a document it
         # cannot analyse): no second JVM to open the index and count it
         counts = indexed_counts(output)
@@ -246,12 +253,23 @@ def build_index(
                 f"it skipped documents it could not analyse ({lost or 'no counter says why'})"
                 + (f"; see {log_path}" if log_path else "")
             )
+        (index / INDEX_FILE).write_text(json.dumps({"documents": docs}), encoding="utf-8")
         if finish is not None:
             finish(index)
     return IndexResult(documents=docs, seconds=time.perf_counter() - start)
 
 
 ANALYSIS_FILE = "miracl-eval-analysis.json"
+#: what every index this workflow builds records of itself (its document count)
+INDEX_FILE = "miracl-eval-index.json"
+
+
+def index_documents(index: str | os.PathLike[str]) -> int | None:
+    """The documents of an index this workflow built (None for another index: unknown)."""
+    try:
+        return int(json.loads((Path(index) / INDEX_FILE).read_text(encoding="utf-8"))["documents"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 #: a text that Java's String.trim() empties (code points up to U+0020 only), as an RE2 pattern:

@@ -28,12 +28,13 @@ from miracl_eval.lucene.anserini import (
     build_index,
     hits_table,
     index_analysis,
+    index_documents,
     iter_query_chunks,
     json_strings,
     search_heap,
     write_collection,
 )
-from miracl_eval.lucene.jvm import ensure_jvm
+from miracl_eval.lucene.jvm import ensure_jvm, job_options
 from miracl_eval.runs import RunWriter
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def bm25_search(
 
     Queries are analysed as the index's passages were (see :func:`indexing.index_analysis`).
     """
-    ensure_jvm(search_heap(k))
+    ensure_jvm(search_heap(k), job_options(index_documents(index)))
     searcher = BM25Searcher(index, k1, b)
     analysis = index_analysis(index)
     analysis.configure_searcher(searcher)

@@ -14,6 +14,16 @@ from pathlib import Path
 
 _DROPPED = "jdk.incubator.vector"
 _configured = False
+#: documents under which a Lucene job is short (an index of them, or a search over them): its JVM then
+#: runs the C1 compiler only, with the serial collector, which takes a third less CPU time to start and
+#: finish such a job; C2's compilations pay off only on long jobs, which keep the JVM's defaults
+SHORT_JOB_DOCUMENTS = 200_000
+SHORT_JOB_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+def job_options(documents: int | None) -> tuple[str, ...]:
+    """JVM options for a Lucene job over ``documents`` (None: unknown, the defaults)."""
+    return SHORT_JOB_OPTIONS if documents is not None and documents < SHORT_JOB_DOCUMENTS else ()
 
 
 def java_home() -> Path:
@@ -31,13 +41,14 @@ def java_executable() -> str:
     return str(exe) if exe.exists() else (shutil.which("java") or "java")
 
 
-def ensure_jvm(max_heap: str | None = None) -> None:
+def ensure_jvm(max_heap: str | None = None, options: tuple[str, ...] = ()) -> None:
     """Point pyjnius at Java 21 and filter the incubator option out of pyserini's JVM options.
 
     ``max_heap`` (e.g. ``1233m``) is the JVM's ``-Xmx``; ``$MIRACL_EVAL_JAVA_HEAP``, when set,
     overrides it. Without either, Java's default applies: a quarter of the machine's memory, or of
     the job's memory limit under a container or SLURM cgroup. Must run before anything imports
-    ``pyserini`` modules that start the JVM. Idempotent: the first call's heap holds.
+    ``pyserini`` modules that start the JVM. ``options``: more JVM options (:func:`job_options`).
+    Idempotent: the first call's heap and options hold.
     """
     global _configured
     if _configured:
@@ -55,4 +66,6 @@ def ensure_jvm(max_heap: str | None = None) -> None:
         heap = os.environ.get("MIRACL_EVAL_JAVA_HEAP") or max_heap
         if heap:
             original(f"-Xmx{heap}")
+        if options:
+            original(*options)
     _configured = True

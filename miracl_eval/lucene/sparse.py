@@ -42,11 +42,12 @@ from miracl_eval.lucene.anserini import (
     IndexResult,
     build_index,
     hits_table,
+    index_documents,
     json_strings,
     search_heap,
     write_collection,
 )
-from miracl_eval.lucene.jvm import ensure_jvm
+from miracl_eval.lucene.jvm import ensure_jvm, job_options
 from miracl_eval.runs import RunWriter
 from miracl_eval.types import PathLike
 
@@ -191,9 +192,6 @@ def sparse_search(
     return n
 
 
-log = logging.getLogger(__name__)
-
-
 def build_impact_index(
     chunks: Callable[[], Iterator[pa.Array]],
     output: str | os.PathLike[str],
@@ -232,7 +230,7 @@ def impact_search(
     tie (to order ties); rounding restores the true score, and ties are ordered by docid, as
     Anserini orders them.
     """
-    ensure_jvm(search_heap(k))
+    ensure_jvm(search_heap(k), job_options(index_documents(index)))
     searcher = ImpactSearcher(index)
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:

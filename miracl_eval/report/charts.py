@@ -6,7 +6,6 @@ The same numbers therefore give the same file, searchable and selectable in a br
 from __future__ import annotations
 
 import io
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,6 @@ from miracl_eval.atomic import atomic_output
 from miracl_eval.evaluation import metrics
 from miracl_eval.report.plan import row_colors
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 def pyplot() -> Any:

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import html
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-
-log = logging.getLogger(__name__)
-
 
 #: how a measure is named for readers (ir_measures' ``R@100`` is ``Recall@100`` in the paper)
 MEASURE_LABELS: Mapping[str, str] = {"nDCG@10": "nDCG@10", "R@100": "Recall@100"}

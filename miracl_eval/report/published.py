@@ -5,15 +5,12 @@ and HTML, with the comparability check of the data (:mod:`miracl_eval.evaluation
 from __future__ import annotations
 
 import html
-import logging
 from collections.abc import Collection, Mapping, Sequence
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.evaluation import comparability, published
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label, signed
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 def published_rows(

@@ -6,7 +6,6 @@ partitions on the x axis, one bar per method, the mean last.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 
 from miracl_eval.atomic import write_text_atomic
@@ -15,8 +14,6 @@ from miracl_eval.report.charts import bar_chart
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label
 from miracl_eval.tsv import read_tsv
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 def read_results(path: PathLike) -> tuple[list[str], dict[str, dict[str, float]]]:

@@ -5,7 +5,6 @@ what it is: a view on the evaluation set, never used to pick weights.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 
@@ -13,9 +12,6 @@ from miracl_eval.evaluation import metrics, sensitivity
 from miracl_eval.report.charts import pyplot, save_figure
 from miracl_eval.report.plan import row_colors
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
-
 
 SENSITIVITY_LABEL = (
     "sensitivity on the evaluation set; headline numbers use the fixed paper weights, never tuned on test queries"

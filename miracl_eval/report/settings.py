@@ -4,7 +4,6 @@ number of encoding shards.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 
 from miracl_eval import schemas
@@ -12,9 +11,6 @@ from miracl_eval.atomic import write_text_atomic
 from miracl_eval.report.html import html_page, html_table
 from miracl_eval.tsv import format_tsv
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
-
 
 SETTINGS_COLUMNS: tuple[str, ...] = ("section", "setting", "value")
 

@@ -6,15 +6,12 @@ and as a readable matrix (pair x partition).
 from __future__ import annotations
 
 import html
-import logging
 from collections.abc import Sequence
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.evaluation import metrics, significance
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label, signed
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 def significance_html(

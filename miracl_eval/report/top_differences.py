@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import html
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
@@ -15,8 +14,6 @@ from miracl_eval.evaluation import metrics, significance
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label, signed
 from miracl_eval.tsv import format_tsv
 from miracl_eval.types import PathLike
-
-log = logging.getLogger(__name__)
 
 
 class TopDifferenceRow(TypedDict):

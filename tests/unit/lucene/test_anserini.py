@@ -1,4 +1,4 @@
-"""BM25 indexing with Anserini: empty passages, and what a killed indexing job leaves behind."""
+"""Anserini: BM25 indexing (empty passages, what a killed indexing job leaves behind) and the JVM of short jobs."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from miracl_eval import schemas
 from miracl_eval.errors import MiraclEvalError
 from miracl_eval.inputs.preprocess import build_corpus
-from miracl_eval.lucene.anserini import build_index, indexed_counts
+from miracl_eval.lucene.anserini import INDEX_FILE, build_index, index_documents, indexed_counts
 from miracl_eval.lucene.bm25 import build_bm25_index
+from miracl_eval.lucene.jvm import SHORT_JOB_DOCUMENTS, SHORT_JOB_OPTIONS, job_options
 from tests.helpers import REPO, count_documents
 
 
@@ -122,3 +126,39 @@ def test_a_killed_indexing_job_leaves_nothing_after_the_next_run(tmp_path: Path)
     result = build_bm25_index(corpus, indexes / "bm25", "en")
     assert sorted(p.name for p in indexes.iterdir()) == ["bm25"]
     assert result.documents == 20
+
+
+def test_short_jobs_get_the_c1_compiler_and_long_ones_the_defaults() -> None:
+    assert job_options(10) == SHORT_JOB_OPTIONS == ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+    assert job_options(SHORT_JOB_DOCUMENTS) == () and job_options(None) == ()
+
+
+def test_a_small_index_is_built_and_searched_by_short_job_jvms(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The index records its documents; its indexing JVM and, in a process of its own, its search JVM run
+    with the short-job options, and the search ranks as with the JVM's defaults."""
+    caplog.set_level("INFO", logger="miracl_eval.lucene")
+    corpus = _corpus(tmp_path, {"1#0": "alpha beta", "2#0": "beta gamma", "3#0": "gamma delta alpha"})
+    build_bm25_index(corpus, tmp_path / "bm25", "en", log_path=tmp_path / "index.log")
+    assert index_documents(tmp_path / "bm25") == 3 and index_documents(tmp_path) is None
+    running = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("running "))
+    assert " ".join(SHORT_JOB_OPTIONS) in running
+    queries = tmp_path / "queries.parquet"
+    pq.write_table(pa.table({"qid": ["q1", "q2"], "query": ["alpha", "gamma beta"]}, schema=schemas.QUERIES), queries)
+    runs = {}
+    for name, documents in (("short", 3), ("long", SHORT_JOB_DOCUMENTS)):
+        (tmp_path / "bm25" / INDEX_FILE).write_text(json.dumps({"documents": documents}))
+        code = (
+            "import sys; from miracl_eval.lucene.bm25 import bm25_search; from miracl_eval.lucene.anserini import "
+            "autoclass; bm25_search(*sys.argv[1:5]); print(list(autoclass('java.lang.management.ManagementFactory')"
+            ".getRuntimeMXBean().getInputArguments().toArray()))"
+        )
+        args = [str(tmp_path / "bm25"), str(queries), str(tmp_path / f"{name}.parquet"), str(tmp_path / f"{name}.trec")]
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+        )
+        jvm_args = proc.stdout.strip().splitlines()[-1]
+        assert all((option in jvm_args) == (name == "short") for option in SHORT_JOB_OPTIONS), jvm_args
+        runs[name] = (tmp_path / f"{name}.trec").read_text()
+    assert runs["short"] == runs["long"] and runs["short"].count("\n") == 5
