@@ -149,7 +149,7 @@ def test_full_size_requests_follow_the_data_and_fit_32gb_but_a_flat_index(
     checked = set()
     for (rule, wc), (mem, runtime, threads) in requests.items():
         wildcards = dict(wc)
-        corpus = wildcards.get("corpus") or DATASETS[dataset](wildcards["part"])
+        corpus = wildcards.get("corpus") or (DATASETS[dataset](wildcards["part"]) if "part" in wildcards else None)
         passages, n_queries = corpora.get(corpus, 0), queries.get(wildcards.get("part", ""), 0)
         if rule in CHECKED:
             expected = _expected(rule, wildcards, passages, n_queries, threads, cfg)
