@@ -41,6 +41,7 @@ include: "rules/report.smk"
 
 
 from miracl_eval.evaluation.comparability import run_notice
+from miracl_eval.inputs.judged import judged_notice
 from miracl_eval.report.plan import plain_report_problem
 
 ALL_TARGETS = [
@@ -56,14 +57,31 @@ if _report_problem:
 
 
 onsuccess:
-    # why a partition's numbers are (not) shown beside the published ones; never fails the run
-    for line in run_notice(
-        path("comparability", dataset=DATASET.name),
-        DATASET.name,
-        PARTS,
+    # what the checks that protect the tables found, a line per partition with something to say: why
+    # its numbers are (not) shown beside the published ones, and judged passages missing from its
+    # corpus (no method can retrieve them); never fails the run
+    _data = (
         expand(path("corpus", dataset=DATASET.name), corpus=CORPORA)
         + expand(path("queries", dataset=DATASET.name), part=PARTS)
-        + expand(path("qrels", dataset=DATASET.name), part=PARTS),
+        + expand(path("qrels", dataset=DATASET.name), part=PARTS)
+    )
+    for line in run_notice(
+        path("comparability", dataset=DATASET.name), DATASET.name, PARTS, _data
+    ):
+        print(line)
+    for line in judged_notice(
+        {
+            p: (
+                path("judged_not_in_corpus", dataset=DATASET.name, part=p),
+                [
+                    path("qrels", dataset=DATASET.name, part=p),
+                    path(
+                        "corpus", dataset=DATASET.name, corpus=DATASET.corpus_of(p)
+                    ),
+                ],
+            )
+            for p in PARTS
+        }
     ):
         print(line)
 

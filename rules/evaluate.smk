@@ -25,7 +25,10 @@ rule evaluate:
 
 rule tables:
     input:
-        PER_QUERY,
+        per_query=PER_QUERY,
+        # the checks that protect the tables' numbers run with them (onsuccess reports what they found)
+        judged=expand(path("judged_not_in_corpus", dataset="{{dataset}}"), part=PARTS),
+        comparability=PATHS["comparability"],
     output:
         **{key: path("table", measure=key) for key in MEASURE_KEYS},
     log:
@@ -44,3 +47,36 @@ rule tables:
         mean_column=DATASET.mean_column,
     script:
         "../scripts/tables.py"
+
+
+# Whether the run's data is the data of the published numbers (for the tables' end-of-run notice and
+# the report's published page).
+rule comparability:
+    input:
+        corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
+        queries=expand(path("queries", dataset="{{dataset}}"), part=PARTS),
+        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
+        version=PATHS["data_version"],
+    output:
+        report(
+            PATHS["comparability"],
+            caption="../report/comparability.rst",
+            category="Results vs published",
+        ),
+    log:
+        log_path("comparability"),
+    benchmark:
+        benchmark_path("comparability")
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        split=config["split"],
+        partitions=PARTS,
+        corpus_of={p: DATASET.corpus_of(p) for p in PARTS},
+        corpora=CORPORA,
+    script:
+        "../scripts/comparability.py"

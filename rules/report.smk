@@ -94,37 +94,6 @@ rule report_results:
         "../scripts/report_results.py"
 
 
-rule comparability:
-    input:
-        corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
-        queries=expand(path("queries", dataset="{{dataset}}"), part=PARTS),
-        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
-        version=PATHS["data_version"],
-    output:
-        report(
-            PATHS["comparability"],
-            caption="../report/comparability.rst",
-            category="Results vs published",
-        ),
-    log:
-        log_path("comparability"),
-    benchmark:
-        benchmark_path("comparability")
-    localrule: True
-    conda:
-        "../envs/report.yaml"
-    threads: 1
-    resources:
-        mem_mb=2000,
-    params:
-        split=config["split"],
-        partitions=PARTS,
-        corpus_of={p: DATASET.corpus_of(p) for p in PARTS},
-        corpora=CORPORA,
-    script:
-        "../scripts/comparability.py"
-
-
 rule report_published:
     input:
         **{key: path("table", measure=key) for key in MEASURE_KEYS},

@@ -9,7 +9,7 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
     sm,
     lambda: tables_stage(
-        list(sm.input),
+        list(sm.input.per_query),
         sm.params.methods,
         sm.params.partitions,
         dict(sm.output.items()),

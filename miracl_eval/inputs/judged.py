@@ -8,13 +8,15 @@ same files), listed per partition (qid, docid, relevance) and counted in the log
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
-from miracl_eval.tsv import format_tsv
+from miracl_eval.tsv import format_tsv, read_tsv
 from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
@@ -54,3 +56,29 @@ def judged_stage(qrels: PathLike, corpus: PathLike, output: PathLike) -> dict[st
             ", ".join(f"{r['qid']}/{r['docid']}" for r in missing[:5]), stats["queries_without_relevant"], output,
         )  # fmt: skip
     return stats
+
+
+def judged_notice(listings: Mapping[str, tuple[PathLike, Iterable[PathLike]]]) -> list[str]:
+    """One line per partition whose judged passages are not all in its corpus, for the end of a run:
+    ``listings`` maps a partition to its listing (:func:`judged_stage`'s TSV) and the data it was made
+    from (qrels, corpus). A listing that is missing or older than its data says nothing. Never raises:
+    the end of a run must not fail on it."""
+    lines: list[str] = []
+    for part, (listing, data_files) in listings.items():
+        try:
+            newest = max((Path(f).stat().st_mtime for f in data_files if Path(f).is_file()), default=0.0)
+            if not Path(listing).is_file() or Path(listing).stat().st_mtime < newest:
+                continue
+            rows = read_tsv(listing)[1]
+        except Exception as err:  # noqa: BLE001
+            lines.append(f"{part}: could not read {listing} ({type(err).__name__}: {err})")
+            continue
+        if rows:
+            relevant = sorted({r[0] for r in rows if r[2].lstrip("-").isdigit() and int(r[2]) > 0})
+            queries = ", ".join(relevant[:5]) + (", ..." if len(relevant) > 5 else "")
+            lines.append(
+                f"{part}: {len(rows):,} judged passage(s) not in the corpus, no method can retrieve them "
+                f"({len(relevant):,} queries lose a relevant passage{': ' + queries if relevant else ''}); "
+                f"listed in {listing}"
+            )
+    return lines

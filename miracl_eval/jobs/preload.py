@@ -20,7 +20,9 @@ The server is started by the first job that finds none, binds an abstract Unix s
 file permissions: both ends check that the other runs as the same user) named after
 what its children would inherit (interpreter, library code, import-time environment), so a changed
 library or environment gets a server of its own, and exits after :data:`IDLE_SECONDS` without a job.
-If no server can be reached the job runs in its own process, as without the setting.
+If no server can be reached, or one is reached but does not say within :data:`HANDSHAKE_SECONDS`
+that it received the request (a stopped or wedged server), the job runs in its own process, as
+without the setting, with a warning.
 
 Snakemake's ``benchmark:`` measures the job's process tree, which holds the relay but not the forked
 child: the relay logs the child's peak memory and CPU time in the job's log instead.
@@ -54,6 +56,13 @@ from miracl_eval.errors import MiraclEvalError
 
 log = logging.getLogger(__name__)
 
+#: seconds within which a server says it received a job's request (``MIRACL_EVAL_PRELOAD_HANDSHAKE``
+#: overrides); a job whose server does not (stopped, swapped out, wedged) runs in its own process
+HANDSHAKE_SECONDS = 10.0
+HANDSHAKE_ENV = "MIRACL_EVAL_PRELOAD_HANDSHAKE"
+#: seconds within which the server forks the job's process after receiving it (it imports the stage's
+#: libraries first: torch and transformers take seconds, more on a busy machine)
+START_SECONDS = 120.0
 #: seconds a server waits for a job before it exits (``MIRACL_EVAL_PRELOAD_IDLE`` overrides)
 IDLE_SECONDS = 30.0
 IDLE_ENV = "MIRACL_EVAL_PRELOAD_IDLE"
@@ -130,19 +139,23 @@ def run(call: Call, log_path: str | None) -> Any:
         "log": log_path,
     }
     payload = pickle.dumps(request)
+    handshake = float(os.environ.get(HANDSHAKE_ENV) or HANDSHAKE_SECONDS)
     for _attempt in range(3):
         conn = _connect(name, idle)
         if conn is None:
             break
         with conn:
-            _send(conn, payload, fds=[1, 2])
-            ack = _receive(conn)
+            try:
+                ack = _handshake(conn, payload, handshake)
+            except TimeoutError as err:  # a stopped or wedged server: never wait on it without bound
+                log.warning("preload server %s %s: running in this process", name, err)
+                break
             if ack is None:  # the server closed before forking (it was ending): start another
                 continue
             log.info(
                 "running in a preloaded process (pid %s, forked from preload server %s)", ack["pid"], ack["server"]
             )
-            reply = _receive(conn)
+            reply = _receive(conn)  # the child's: as long as the job takes, whatever the server does
         if reply is None:
             raise WorkerError(f"the preloaded process {ack['pid']} ended without a result (killed, or out of memory?)")
         usage = reply.get("usage")
@@ -153,6 +166,31 @@ def run(call: Call, log_path: str | None) -> Any:
         return reply["result"]
     log.warning("no preload server could be reached: running in this process")
     return call()
+
+
+def _handshake(conn: socket.socket, payload: bytes, seconds: float) -> dict[str, Any] | None:
+    """Send the request; the forked child's greeting (None if the server closed first).
+
+    The server says it received the request within ``seconds``, and the child greets within
+    :data:`START_SECONDS` more (the server imports the stage's libraries first); past either, a
+    :class:`TimeoutError`. A child forked after the relay gave up finds the connection closed and
+    ends before the stage starts."""
+    conn.settimeout(seconds)
+    try:
+        _send(conn, payload)
+        if _receive(conn) is None:
+            return None
+        # the job's stdout and stderr only to a server that answers: a stopped one would hold them open
+        socket.send_fds(conn, [b"F"], [1, 2])
+    except TimeoutError:
+        raise TimeoutError(f"did not answer within {seconds:g} s (stopped, or wedged?)") from None
+    conn.settimeout(START_SECONDS)
+    try:
+        ack = _receive(conn)
+    except TimeoutError:
+        raise TimeoutError(f"forked no process within {START_SECONDS:g} s") from None
+    conn.settimeout(None)
+    return ack
 
 
 def server_name(idle: float) -> str:
@@ -222,12 +260,8 @@ def _same_user(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
-def _send(conn: socket.socket, payload: bytes, fds: list[int] | None = None) -> None:
-    header = _HEADER.pack(len(payload))
-    if fds:
-        socket.send_fds(conn, [header], fds)
-    else:
-        conn.sendall(header)
+def _send(conn: socket.socket, payload: bytes) -> None:
+    conn.sendall(_HEADER.pack(len(payload)))
     conn.sendall(payload)
 
 
@@ -304,15 +338,17 @@ def serve(name: str, idle: float) -> None:
 def _start_child(listener: socket.socket, conn: socket.socket) -> int | None:
     """Read a job's request, import what it runs (once per server), fork its child; the child's pid."""
     conn.settimeout(30)
-    header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 2)
-    if len(header) < _HEADER.size:
-        header += _receive_exact(conn, _HEADER.size - len(header)) or b""
-    body = _receive_exact(conn, _HEADER.unpack(header)[0])
-    if body is None or len(fds) != 2:
+    header = _receive_exact(conn, _HEADER.size)
+    body = None if header is None else _receive_exact(conn, _HEADER.unpack(header)[0])
+    if body is None:
+        return None
+    request = pickle.loads(body)
+    _send(conn, pickle.dumps({"received": os.getpid()}))  # before the imports: the relay waits briefly for it
+    _mark, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)  # then the job's stdout and stderr
+    if len(fds) != 2:
         for fd in fds:
             os.close(fd)
         return None
-    request = pickle.loads(body)
     sys.path[:] = request["path"]  # the jobs' own (part of the server's name), so imports resolve as theirs
     _warm(request["call"].module)
     pid = os.fork()

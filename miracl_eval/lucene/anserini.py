@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +71,37 @@ def _hits(results: Any) -> Hits:
     return out
 
 
+#: Lucene's default limit on the clauses of one query (``IndexSearcher.getMaxClauseCount``)
+DEFAULT_MAX_CLAUSES = 1024
+
+
+def allow_clauses(clauses: int) -> int:
+    """Raise Lucene's limit on the clauses of one query (a JVM-wide setting) to at least ``clauses``.
+
+    Anserini builds one clause per distinct query term; a query beyond the limit makes its search thread
+    die, and pyserini's ``batch_search`` then fails every query of the batch ("queryCount = N is not
+    equal to completedTaskCount"). A raised limit ranks exactly as an unlimited query. Returns the limit.
+    """
+    searcher = autoclass("org.apache.lucene.search.IndexSearcher")
+    limit = int(searcher.getMaxClauseCount())
+    if clauses > limit:
+        searcher.setMaxClauseCount(int(clauses))
+        limit = int(clauses)
+    return limit
+
+
+def log_long_queries(source: str | os.PathLike[str], qids: Sequence[str], terms: Sequence[Collection[str]]) -> None:
+    """One log line naming the queries of ``source`` with more distinct terms (words of a text query,
+    terms of a weighted one) than Lucene's default clause limit: they are searched with it raised."""
+    long = [(qid, len(t)) for qid, t in zip(qids, terms, strict=True) if len(t) > DEFAULT_MAX_CLAUSES]
+    if long:
+        named = ", ".join(f"{qid} ({n:,} terms)" for qid, n in long[:20]) + (", ..." if len(long) > 20 else "")
+        log.info(
+            "%s: %d quer%s beyond Lucene's %s clauses, searched with the limit raised: %s",
+            source, len(long), "y" if len(long) == 1 else "ies", f"{DEFAULT_MAX_CLAUSES:,}", named,
+        )  # fmt: skip
+
+
 def _java_list(values: Sequence[Any]) -> Any:
     jlist = autoclass("java.util.ArrayList")()
     for v in values:
@@ -92,6 +123,8 @@ class BM25Searcher:
         self._searcher.set_analyzer(analyzer)
 
     def batch_search(self, queries: Sequence[str], qids: Sequence[str], k: int, threads: int = 1) -> Hits:
+        # a query's distinct terms are at most its characters (every analyzer's token has one)
+        allow_clauses(max((len(q) for q in queries), default=0))
         results = self._searcher.batch_search(_java_list(queries), _java_list(qids), int(k), int(threads))
         return _hits(results)
 
@@ -114,6 +147,7 @@ class ImpactSearcher:
             for term, weight in query.items():
                 weights.put(term, jint(int(weight)))
             jqueries.append(weights)
+        allow_clauses(max((len(q) for q in queries), default=0))  # one clause a term
         results = self._searcher.batch_search(_java_list(jqueries), _java_list(qids), int(k), int(threads))
         return _hits(results)
 

@@ -31,6 +31,7 @@ from miracl_eval.lucene.anserini import (
     index_documents,
     iter_query_chunks,
     json_strings,
+    log_long_queries,
     search_heap,
     write_collection,
 )
@@ -115,6 +116,7 @@ def bm25_search(
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:
         for qids, texts in iter_query_chunks(queries):
+            log_long_queries(queries, qids, [set(t.split()) for t in texts])
             results = searcher.batch_search(analysis.prepare_queries(texts), qids, k=k, threads=threads)
             writer.write(hits_table(qids, results, k))
             n += len(qids)

@@ -44,6 +44,7 @@ from miracl_eval.lucene.anserini import (
     hits_table,
     index_documents,
     json_strings,
+    log_long_queries,
     search_heap,
     write_collection,
 )
@@ -185,9 +186,8 @@ def sparse_search(
     Anserini as ``{term: weight}`` maps (no term is dropped, unlike pyserini's string queries, which
     filter terms by idf), and :func:`impact_search` rounds Anserini's tie offsets away.
     """
-    n = impact_search(
-        index, iter_query_vectors(query_sparse_parquet, factor, rounding), run_parquet, run_trec, k, threads, tag
-    )
+    vectors = iter_query_vectors(query_sparse_parquet, factor, rounding)
+    n = impact_search(index, vectors, run_parquet, run_trec, k, threads, tag, source=query_sparse_parquet)
     log.info("sparse search: %d queries -> %s", n, run_parquet)
     return n
 
@@ -223,8 +223,10 @@ def impact_search(
     k: int = 1000,
     threads: int = 1,
     tag: str = "sparse",
+    source: str | os.PathLike[str] = "queries",
 ) -> int:
-    """Search queries given as ``{term: integer weight}`` in an impact index.
+    """Search queries given as ``{term: integer weight}`` in an impact index (``source``: where they
+    come from, for the log).
 
     Scores are exact integer dot products. Anserini lowers each tied score by 1e-6 per earlier
     tie (to order ties); rounding restores the true score, and ties are ordered by docid, as
@@ -235,6 +237,7 @@ def impact_search(
     n = 0
     with RunWriter(run_parquet, run_trec, tag) as writer:
         for qids, vectors in queries:
+            log_long_queries(source, qids, vectors)
             results = searcher.batch_search(vectors, qids, k=k, threads=threads)
             writer.write(hits_table(qids, results, k, integer_scores=True))
             n += len(qids)

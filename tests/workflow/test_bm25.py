@@ -103,6 +103,24 @@ def test_bad_corpus_line_fails_with_file_and_line_and_leaves_nothing(tmp_path: P
     assert not (tmp_path / "results" / "miracl_ndcg.tsv").exists()
 
 
+def test_the_table_target_says_which_judged_passages_the_corpus_lacks(tmp_path: Path) -> None:
+    """Qrels of another version (``3021_0`` for ``3021#0``): the main command's end names the partition."""
+    qrels = (SAMPLE / "miracl" / "yo" / "qrels.tsv").read_text(encoding="utf-8").splitlines()
+    qid, _, docid, _ = qrels[0].split("\t")
+    qrels.append(f"{qid}\tQ0\t{docid.replace('#', '_')}\t1")
+    (tmp_path / "yo.qrels").write_text("\n".join(qrels) + "\n", encoding="utf-8")
+    cfg = sample_config(["yo"], methods=["bm25"])
+    cfg["source"]["qrels"] = str(tmp_path / "yo.qrels")
+    proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl_ndcg.tsv")
+    listing = "results/miracl/yo/judged_not_in_corpus.tsv"
+    assert (
+        f"yo: 1 judged passage(s) not in the corpus, no method can retrieve them (1 queries lose a relevant "
+        f"passage: {qid}); listed in {listing}" in proc.stdout + proc.stderr
+    )
+    assert (tmp_path / listing).read_text().splitlines()[1:] == [f"{qid}\t{docid.replace('#', '_')}\t1"]
+    assert "yo: 161 of 49,043 passages" in proc.stdout + proc.stderr  # the comparability check ran too
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -251,6 +251,7 @@ def test_script_calls_the_stage(tmp_path: Path) -> None:
         params=Named([], settings=settings, tag="bm25+me5-large"),
         wildcards=Named([], hybrid="bm25+me5-large"),
         rule="hybrid",
+        config={"preload": False},
     )
     runpy.run_path(str(REPO / "scripts" / "hybrid.py"), init_globals={"snakemake": sm})
     assert read_run(out / "h.parquet").equals(fuse_runs(runs, "interpolation", alpha=0.7, depth=3, k=4))

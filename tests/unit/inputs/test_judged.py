@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from miracl_eval import schemas
-from miracl_eval.inputs.judged import COLUMNS, judged_not_in_corpus, judged_stage
+from miracl_eval.inputs.judged import COLUMNS, judged_not_in_corpus, judged_notice, judged_stage
 from miracl_eval.tsv import read_tsv
 
 
@@ -51,3 +53,26 @@ def test_complete_corpus_gives_an_empty_list(tmp_path: Path, caplog: pytest.LogC
     assert judged_stage(qrels_path, corpus, out)["missing"] == 0
     assert read_tsv(out) == (list(COLUMNS), [])
     assert not caplog.records
+
+
+def test_the_end_of_run_notice_names_each_partition_with_missing_passages(tmp_path: Path) -> None:
+    qrels = [("1", "a", 1), ("1", "gone1", 1), ("2", "gone2", 2), ("3", "gone3", 0)]
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    qrels_path, corpus = _write(sw, ["a"], qrels)
+    judged_stage(qrels_path, corpus, sw / "judged.tsv")
+    yo = tmp_path / "yo"
+    yo.mkdir()
+    yo_qrels, yo_corpus = _write(yo, ["a"], [("9", "a", 1)])
+    judged_stage(yo_qrels, yo_corpus, yo / "judged.tsv")
+    listings = {
+        "sw": (sw / "judged.tsv", [qrels_path, corpus]),
+        "yo": (yo / "judged.tsv", [yo_qrels, yo_corpus]),
+        "zh": (tmp_path / "absent.tsv", []),
+    }
+    assert judged_notice(listings) == [
+        f"sw: 3 judged passage(s) not in the corpus, no method can retrieve them (2 queries lose a relevant "
+        f"passage: 1, 2); listed in {sw / 'judged.tsv'}"
+    ]
+    os.utime(qrels_path, (time.time() + 60, time.time() + 60))  # data newer than the listing: says nothing
+    assert judged_notice(listings) == []

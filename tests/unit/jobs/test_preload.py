@@ -18,7 +18,7 @@ from miracl_eval.errors import InputError
 from miracl_eval.jobs import preload
 from miracl_eval.jobs.preload import Call, WorkerError
 from miracl_eval.jobs.runner import run_stage
-from tests.helpers import sample_queries
+from tests.helpers import REPO, sample_queries
 
 pytestmark = pytest.mark.skipif(not preload.usable(), reason="preloading needs Linux outside SLURM")
 
@@ -75,7 +75,7 @@ def _job_process(log: Path, call: str, wildcards: str) -> list[str]:
         f"job = SimpleNamespace(log=[sys.argv[3]], rule='encode_queries_dense', wildcards={wildcards})\n"
         f"run_stage(job, {call}, preload=True)\n"
     )
-    return [sys.executable, "-c", code, str(HERE), str(HERE.parent), str(log)]
+    return [sys.executable, "-c", code, str(HERE), str(REPO), str(log)]
 
 
 def test_each_call_is_a_fresh_child_of_one_server_with_the_jobs_cwd_env_and_threads(tmp_path, monkeypatch):
@@ -220,3 +220,25 @@ def test_a_server_of_another_user_is_never_sent_a_job(monkeypatch):
     monkeypatch.setattr(preload, "server_name", lambda idle: name)
     monkeypatch.setattr(preload.os, "getuid", lambda: 4242)  # as if that server ran as another user
     assert preload.run(Call("os", "getpid"), None) == os.getpid()  # the job runs in its own process
+
+
+def test_a_stopped_server_is_not_waited_on(tmp_path, monkeypatch):
+    """A server that accepts the connection but never answers (SIGSTOP between two jobs; a swapped-out or
+    wedged process) costs the next job the handshake's seconds, then it runs in its own process."""
+    monkeypatch.setenv(preload.IDLE_ENV, "30")  # a server of its own (the idle time is part of its name)
+    monkeypatch.setenv(preload.HANDSHAKE_ENV, "2")
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    subprocess.run(_job_process(first, "Call('os', 'getpid')", "{}"), check=True, timeout=120)
+    server = int(first.read_text().split("forked from preload server ")[1].split(")")[0])
+    os.kill(server, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        job = subprocess.run(_job_process(second, "Call('os', 'getpid')", "{}"), timeout=60, capture_output=True)
+        took = time.monotonic() - start
+    finally:
+        os.kill(server, signal.SIGCONT)
+        os.kill(server, signal.SIGTERM)
+    text = second.read_text()
+    assert job.returncode == 0, text
+    assert "did not answer within 2 s (stopped, or wedged?): running in this process" in text
+    assert "running in a preloaded process" not in text and took < 30
