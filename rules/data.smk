@@ -32,7 +32,7 @@ rule data_version:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=1000,
+        **request("small"),
     params:
         setting=VERSION_SETTING,
         from_hub=not SOURCE,

@@ -61,6 +61,6 @@ rule judged_not_in_corpus:
         "../envs/data.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
+        **request("judged_not_in_corpus"),
     script:
         "../scripts/judged_not_in_corpus.py"

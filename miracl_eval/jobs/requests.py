@@ -91,6 +91,8 @@ COSTS: Mapping[str, Cost] = {
     "small": Cost(500, 5),
     "preprocess_corpus": Cost(800, 2, mem={"passages": 16e-6}, seconds={"passages": 60e-6}),
     "preprocess_topics": Cost(500, 2, mem={"input_mb": 20.0}, seconds={"input_mb": 2.0}),
+    # the corpus's docids streamed in batches against the partition's judgements
+    "judged_not_in_corpus": Cost(800, 2, mem={"queries": 0.05}, seconds={"passages": 2e-6}),
     "bm25_index": Cost(700, 2, seconds={"passages": 1.2e-3}, parallel=True, java=True),
     "bm25_search": Cost(900, 2, mem={"run_rows": 4e-4}, seconds={"searched": 2e-8, "run_rows": 4e-6}, parallel=True),
     "sparse_index": Cost(700, 2, seconds={"passages": 1.5e-3}, parallel=True, java=True),

@@ -198,7 +198,7 @@ def test_workflow_jobs_go_through_sbatch(cluster: Cluster, runs: Runs) -> None:
     assert rules + in_process == collections.Counter(
         re.findall(r"^local(?:rule|checkpoint) (\w+):$", runs.local_log, re.M)
     )
-    assert rules["bm25_index"] == rules["bm25_search"] == 2 and set(in_process) <= {"tables", "all"}
+    assert rules["bm25_index"] == rules["bm25_search"] == 2 and set(in_process) <= {"tables", "comparability", "all"}
 
     lines = (runs.slurm / "results" / "miracl_ndcg.tsv").read_text().splitlines()
     assert lines[0].split("\t") == ["method", "sw", "yo", "mean"]

@@ -34,6 +34,7 @@ SAMPLE_JOBS = {
     "small": costs.Job(),
     "preprocess_corpus": costs.Job(input_mb=0.02),
     "preprocess_topics": costs.Job(input_mb=0.001),
+    "judged_not_in_corpus": costs.Job(passages=24, queries=4),
     "bm25_index": costs.Job(passages=24),
     "bm25_search": costs.Job(passages=24, queries=4),
     "sparse_index": costs.Job(passages=24),
