@@ -30,8 +30,10 @@ ENC = config["encoder"]
 # the release of the topics and qrels asked for: MIRACL's is fixed, MessIRve's a setting
 VERSION_SETTING = DATASET.version or config["hub"]["messirve_version"]
 DENSE_INDEX = config["dense_index"]
+#: what the resource requests read of the config (miracl_eval.jobs.requests)
+REQUEST_SETTINGS = requests.Settings.from_config(config)
 # GPU rules ask for a GPU unless the config pins the encoders to the CPU.
-GPU = 0 if ENC["device"] == "cpu" else 1
+GPU = int(REQUEST_SETTINGS.gpu)
 # An encoding job on a GPU wants a CPU thread beside its device's; on the CPU, the configured
 # threads (Snakemake sets the job's OMP_NUM_THREADS to them, which torch follows), so that on a
 # small machine two short encoding jobs share the cores rather than queue for all of them.
@@ -91,11 +93,11 @@ def path(name, **fixed):
 
 
 def log_path(step, scope="{dataset}"):
-    return PATHS["log"].replace("{scope}", scope).replace("{step}", step)
+    return path("log", scope=scope, step=step)
 
 
 def benchmark_path(step, scope="{dataset}"):
-    return PATHS["benchmark"].replace("{scope}", scope).replace("{step}", step)
+    return path("benchmark", scope=scope, step=step)
 
 
 def _alternatives(values):
@@ -226,7 +228,6 @@ def fusion_components(wildcards):
 # What a job's request depends on is decided by miracl_eval.jobs.requests (job_for, estimate); here
 # the workflow only reads the sizes that it knows before the job runs.
 
-REQUEST_SETTINGS = requests.Settings.from_config(config)
 #: estimates whose job covers every partition (its queries are all of them)
 ALL_PARTITIONS = ("evaluate", "report")
 

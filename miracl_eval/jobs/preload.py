@@ -149,7 +149,7 @@ def run(call: Call, log_path: str | None) -> Any:
                 ack = _handshake(conn, payload, handshake)
             except TimeoutError as err:  # a stopped or wedged server: never wait on it without bound
                 log.warning("preload server %s %s: running in this process", name, err)
-                break
+                return call()
             if ack is None:  # the server closed before forking (it was ending): start another
                 continue
             log.info(

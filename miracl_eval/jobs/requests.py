@@ -337,8 +337,8 @@ def job_for(
 ) -> Job:
     """The :class:`Job` of one job of estimate ``name``, from what the workflow knows before it runs.
 
-    ``passages`` and ``queries`` are the whole corpus's and partition's (or, for the report, every
-    partition's) preprocessed rows; an encoding job covers its shard of the passages and a scoring job
+    ``passages`` and ``queries`` are the whole corpus's and partition's (or, for a job over every
+    partition, such as an evaluation or the report, all partitions') preprocessed rows; an encoding job covers its shard of the passages and a scoring job
     its chunk of the queries (from the ``shard`` and ``chunk`` wildcards). A model's job runs on a GPU
     when the encoders do (``settings.gpu``).
     """

@@ -45,7 +45,7 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output, scratch_dir
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.lucene.analyzers import Analysis
-from miracl_eval.lucene.jvm import java_executable, job_options
+from miracl_eval.lucene.jvm import ensure_jvm, java_executable, job_options
 from miracl_eval.runs import rank_table
 from miracl_eval.schemas import QUERY_CHUNK
 
@@ -56,8 +56,6 @@ Hits = dict[str, list[tuple[str, float]]]
 
 def autoclass(name: str) -> Any:
     """The Java class ``name``, from a JVM started by :func:`miracl_eval.lucene.jvm.ensure_jvm` (never pyserini's default)."""
-    from miracl_eval.lucene.jvm import ensure_jvm
-
     ensure_jvm()
     from pyserini.pyclass import autoclass
 
