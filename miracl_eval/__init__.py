@@ -6,7 +6,7 @@ and a rule's code is in the subpackage of its stage (``rules/{stage}.smk`` -> ``
 
 ==================  ===========================================================================
 ``inputs``          datasets, hub downloads, raw loaders, preprocessing, the judged-passage check
-``encoders``        model families (BGE-M3, dense, SPLADE), the encoding stages, stored outputs
+``encoders``        model families, the host pipeline, block encoding jobs, hub fetches, stored outputs
 ``lucene``          Anserini: analyzers, BM25 and learned-sparse (impact) indexing and search
 ``faiss``           dense indexes and dense search
 ``fusion``          candidate lists, exact component scores, weighted fusion, run-level hybrids
@@ -19,7 +19,7 @@ and a rule's code is in the subpackage of its stage (``rules/{stage}.smk`` -> ``
 
 Shared infrastructure beside them: :mod:`.errors`, :mod:`.atomic` (atomic outputs), :mod:`.schemas`
 (Parquet schemas and shared constants), :mod:`.runs` (runs as Parquet and TREC, ranking),
-:mod:`.ids`, :mod:`.tsv`, :mod:`.types`.
+:mod:`.shards` (encoding shards and blocks by name), :mod:`.ids`, :mod:`.tsv`, :mod:`.types`.
 
 Imports point down this order, or into the shared infrastructure, never across or up
 (``tests/unit/test_layers.py`` checks it): infrastructure, ``jobs``, ``inputs``, ``encoders``,

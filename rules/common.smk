@@ -7,6 +7,7 @@ from miracl_eval.jobs import requests
 from miracl_eval.config.validate import fill_placeholders
 from miracl_eval.inputs.datasets import get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
+from miracl_eval.encoders.checkpoints import hub_folder_name, is_hub_id
 from miracl_eval.fusion.weighted import (
     CANDIDATE_LIST,
     FUSED_COMPONENTS,
@@ -16,8 +17,15 @@ from miracl_eval.fusion.weighted import (
 from miracl_eval.evaluation.metrics import MEASURES
 from miracl_eval.config.models import BUILT_CHECKPOINTS
 from miracl_eval.encoders.outputs import vector_dim
+from miracl_eval.encoders.blocks import manifest_dim
 from miracl_eval.errors import InputError
 from miracl_eval.schemas import count_rows, num_chunks
+from miracl_eval.shards import (
+    BLOCK_PATTERN,
+    covering_blocks,
+    shard_name,
+    shards_per_block,
+)
 from miracl_eval.config.systems import systems
 from miracl_eval.report.plan import report_pages
 
@@ -34,10 +42,11 @@ DENSE_INDEX = config["dense_index"]
 REQUEST_SETTINGS = requests.Settings.from_config(config)
 # GPU rules ask for a GPU unless the config pins the encoders to the CPU.
 GPU = int(REQUEST_SETTINGS.gpu)
-# An encoding job on a GPU wants a CPU thread beside its device's; on the CPU, the configured
-# threads (Snakemake sets the job's OMP_NUM_THREADS to them, which torch follows), so that on a
-# small machine two short encoding jobs share the cores rather than queue for all of them.
-ENCODE_THREADS = 2 if GPU else config["threads"]
+# An encoding job on a GPU wants its tokenizer workers' CPUs, plus the model's thread and the
+# writer's; on the CPU, the configured threads (Snakemake sets the job's OMP_NUM_THREADS to them,
+# which torch follows), so that on a small machine two short encoding jobs share the cores rather
+# than queue for all of them.
+ENCODE_THREADS = ENC["tokenizer_workers"] + 2 if GPU else config["threads"]
 
 #: the table rows (bm25, {model}/{method}, hybrids), in the config's order; labels are also paths
 SYSTEMS = systems(config)
@@ -57,6 +66,8 @@ PATHS = {
     "qrels": "resources/{dataset}/topics/{part}/qrels.parquet",
     "bm25_index": "resources/{dataset}/indexes/{corpus}/bm25",
     "shard": "resources/{dataset}/encoded/{model}/corpus/{corpus}/{kind}/{shard}.parquet",
+    # a block's manifest: written when every shard of the block is encoded (rules/encode.smk)
+    "encoded_block": "resources/{dataset}/encoded/{model}/corpus/{corpus}/blocks/{block}.json",
     "encoded_queries": "resources/{dataset}/encoded/{model}/queries/{part}/{kind}.parquet",
     "dense_index": "resources/{dataset}/indexes/{corpus}/{model}/dense.faiss",
     "dense_docids": "resources/{dataset}/indexes/{corpus}/{model}/dense.docids.parquet",
@@ -77,6 +88,7 @@ PATHS = {
     "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
     "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",
     "tiny_model": f"{BUILT_CHECKPOINTS}tiny-{{tiny}}",
+    "hub_model": f"{BUILT_CHECKPOINTS}hub/{{hub_model}}",
     "me5_small": f"{BUILT_CHECKPOINTS}me5-small",
     # each job's log and benchmark file: {scope} is {dataset} (or models), {step} the rule and its wildcards
     "log": "logs/{scope}/{step}.log",
@@ -121,6 +133,7 @@ wildcard_constraints:
     model=_alternatives(MODELS),
     system=_alternatives(METHODS),
     kind="dense|sparse|union|rerank",
+    block=BLOCK_PATTERN,
 
 
 def corpus_source(wildcards):
@@ -163,41 +176,83 @@ PER_QUERY = expand(path("per_query", dataset="{{dataset}}"), part=PARTS, system=
 # ---------------------------------------------------------------- models
 
 
+def checkpoint_folder(model):
+    """Where a model's jobs load it from: its folder, or the fetch_model rule's copy of a hub model."""
+    given = MODELS[model]["checkpoint"]
+    if given.startswith(BUILT_CHECKPOINTS) or not is_hub_id(given):
+        return given
+    return path("hub_model", hub_model=hub_folder_name(given))
+
+
+#: the hub models that the used models name, by the folder they are fetched into
+HUB_MODELS = {
+    hub_folder_name(spec["checkpoint"]): spec["checkpoint"]
+    for model, spec in MODELS.items()
+    if checkpoint_folder(model) != spec["checkpoint"]
+}
+
+
 def model_input(wildcards):
-    """The checkpoint folder as an input when it is local (so a rebuilt model re-runs its jobs)."""
-    folder = MODELS[wildcards.model]["checkpoint"]
+    """The checkpoint folder as an input when it is local or fetched (so a rebuilt model re-runs its jobs)."""
+    folder = checkpoint_folder(wildcards.model)
     if folder.startswith(BUILT_CHECKPOINTS) or os.path.isdir(folder):
         return folder
     return []
 
 
 def encoder_spec(role=None):
-    """What a model's encoding of one role's texts (None: both) depends on (its params)."""
-    return lambda wc: encoding_settings(MODELS[wc.model], role)
+    """What a model's encoding of one role's texts (None: both) depends on (its params); the
+    checkpoint is the folder the job loads (checkpoint_folder)."""
+    return lambda wc: encoding_settings(
+        {**MODELS[wc.model], "checkpoint": checkpoint_folder(wc.model)}, role
+    )
 
 
 def model_setting(key):
     return lambda wc: MODELS[wc.model][key]
 
 
-def corpus_shards(kind):
-    """The encoded shards of a corpus: their number follows from the preprocessed corpus's size."""
+def _corpus_shard_count(wildcards):
+    """A job's corpus and its number of shards (from the preprocessed corpus's size)."""
+    corpus = getattr(wildcards, "corpus", None) or DATASET.corpus_of(wildcards.part)
+    parquet = checkpoints.preprocess_corpus.get(
+        dataset=wildcards.dataset, corpus=corpus
+    ).output[0]
+    return corpus, max(1, num_chunks(parquet, ENC["shard_size"]))
 
-    def shards(wildcards):
-        corpus = getattr(wildcards, "corpus", None) or DATASET.corpus_of(wildcards.part)
-        parquet = checkpoints.preprocess_corpus.get(
-            dataset=wildcards.dataset, corpus=corpus
-        ).output[0]
-        n = max(1, num_chunks(parquet, ENC["shard_size"]))
+
+def corpus_shards(kind):
+    """The encoded shard files of a corpus (a job's params; its input is the blocks)."""
+
+    def shard_files(wildcards):
+        corpus, n = _corpus_shard_count(wildcards)
         return expand(
             path("shard", kind=kind),
             dataset=wildcards.dataset,
             model=wildcards.model,
             corpus=corpus,
-            shard=[f"{i:05d}" for i in range(n)],
+            shard=[shard_name(i) for i in range(n)],
         )
 
-    return shards
+    return shard_files
+
+
+def corpus_blocks(wildcards):
+    """The block manifests of a corpus's encodings: those written before when they cover it (any
+    block size), else the blocks of `encoder.block_size` (miracl_eval.shards.covering_blocks).
+    """
+    corpus, n = _corpus_shard_count(wildcards)
+    fixed = dict(dataset=wildcards.dataset, model=wildcards.model, corpus=corpus)
+    folder = os.path.dirname(expand(PATHS["encoded_block"], **fixed, block="x")[0])
+    written = (
+        [f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json")]
+        if os.path.isdir(folder)
+        else []
+    )
+    per_block = shards_per_block(ENC["block_size"], ENC["shard_size"])
+    return expand(
+        PATHS["encoded_block"], **fixed, block=covering_blocks(written, n, per_block)
+    )
 
 
 def query_chunks(kind):
@@ -243,9 +298,12 @@ def _rows(path, input):
 
 
 def _dim(path):
-    """The vector dimension of a job's first vector input; the default until that input is a vector
-    file (in a dry run, the pending checkpoint's output stands in for the shards)."""
+    """The vector dimension of a job's first vector input (a vector file, or a block manifest); the
+    default until it exists (in a dry run, the pending checkpoint's output stands in for it).
+    """
     try:
+        if str(path).endswith(".json"):
+            return manifest_dim(path) or requests.DEFAULT_DIM
         return vector_dim(path)[1]
     except (OSError, InputError):
         return requests.DEFAULT_DIM

@@ -4,7 +4,7 @@
 
 rule dense_index:
     input:
-        corpus_shards("dense"),
+        corpus_blocks,
     output:
         index=PATHS["dense_index"],
         docids=PATHS["dense_docids"],
@@ -20,6 +20,7 @@ rule dense_index:
     resources:
         **request("dense_index"),
     params:
+        shards=corpus_shards("dense"),
         index_type=DENSE_INDEX["type"],
         hnsw_m=DENSE_INDEX["hnsw_m"],
         ivf_lists=DENSE_INDEX["ivf_lists"],

@@ -1,7 +1,11 @@
-# Every model's encodings: one job per corpus shard (GPU) and one per partition's queries. A
-# family's rule writes what the family stores (BGE-M3: dense and sparse in one pass; a dense
-# encoder: dense; SPLADE: sparse), so one rule is made per set of outputs among the used models.
-# Multi-vector states are never stored (see rules/fusion.smk).
+# Every model's encodings: one job per block of corpus shards (GPU; `encoder.block_size` passages,
+# the model loaded once) and one per partition's queries. A block job writes each shard's files on
+# their own (atomically, stamped with the settings) and then the block's manifest; run again after
+# a kill, it skips the shards already done. A family's rule writes what the family stores (BGE-M3:
+# dense and sparse in one pass; a dense encoder: dense; SPLADE: sparse), so one rule is made per set
+# of outputs among the used models. Multi-vector states are never stored (see rules/fusion.smk).
+# Throughput settings (batch_size, token_budget; tokenizer workers from the job's threads) are read
+# from the config by the script: they change no result, so they re-run no job.
 
 OUTPUT_SETS = sorted({FAMILIES[spec["family"]].outputs for spec in MODELS.values()})
 
@@ -18,11 +22,11 @@ for kinds in OUTPUT_SETS:
             corpus=PATHS["corpus"],
             model=model_input,
         output:
-            **{k: path("shard", kind=k) for k in kinds},
+            PATHS["encoded_block"],
         log:
-            log_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}"),
+            log_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{block}}"),
         benchmark:
-            benchmark_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{shard}}")
+            benchmark_path(f"encode_corpus_{suffix}/{{model}}/{{corpus}}/{{block}}")
         wildcard_constraints:
             model=with_kinds,
         conda:
@@ -34,12 +38,14 @@ for kinds in OUTPUT_SETS:
         params:
             spec=encoder_spec("passage"),
             shard_size=ENC["shard_size"],
-            batch_size=ENC["batch_size"],
+            shard_files=lambda wc, kinds=kinds: {
+                k: path("shard", kind=k, **dict(wc.items())) for k in kinds
+            },
             device=ENC["device"],
             dtype=ENC["dtype"],
             dense_dtype=ENC["dense_dtype"],
         script:
-            "../scripts/encode_corpus_shard.py"
+            "../scripts/encode_corpus_block.py"
 
     rule:
         name:
@@ -63,7 +69,6 @@ for kinds in OUTPUT_SETS:
             gpu=GPU,
         params:
             spec=encoder_spec("query"),
-            batch_size=ENC["batch_size"],
             device=ENC["device"],
             dtype=ENC["dtype"],
         script:

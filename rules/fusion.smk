@@ -12,8 +12,7 @@ rule union_components:
         queries=PATHS["queries"],
         query_dense=path("encoded_queries", kind="dense"),
         query_sparse=path("encoded_queries", kind="sparse"),
-        passage_dense=corpus_shards("dense"),
-        passage_sparse=corpus_shards("sparse"),
+        blocks=corpus_blocks,
     output:
         path("scores", kind="union"),
     log:
@@ -29,6 +28,8 @@ rule union_components:
         **request("union_components"),
     params:
         chunk_size=config["query_chunk"],
+        passage_dense=corpus_shards("dense"),
+        passage_sparse=corpus_shards("sparse"),
     script:
         "../scripts/union_components.py"
 
@@ -40,8 +41,7 @@ rule rerank_components:
         corpus=part_corpus(PATHS["corpus"]),
         query_dense=path("encoded_queries", kind="dense"),
         query_sparse=path("encoded_queries", kind="sparse"),
-        passage_dense=corpus_shards("dense"),
-        passage_sparse=corpus_shards("sparse"),
+        blocks=corpus_blocks,
         model=model_input,
     output:
         path("scores", kind="rerank"),
@@ -58,6 +58,8 @@ rule rerank_components:
         **request("rerank_components"),
         gpu=GPU,
     params:
+        passage_dense=corpus_shards("dense"),
+        passage_sparse=corpus_shards("sparse"),
         depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
         spec=encoder_spec(),

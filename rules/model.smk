@@ -30,3 +30,29 @@ rule tiny_model:
         seed=0,
     script:
         "../scripts/tiny_model.py"
+
+
+# A model given by its Hugging Face hub id is fetched once, here, into the run's resources (pinned
+# to the commit that `hub.revision` names then, recorded in the folder's miracl-eval-fetch.json);
+# every job that runs the model then loads that folder, without the hub.
+
+
+rule fetch_model:
+    output:
+        directory(PATHS["hub_model"]),
+    log:
+        log_path("fetch-{hub_model}", scope="models"),
+    benchmark:
+        benchmark_path("fetch-{hub_model}", scope="models")
+    wildcard_constraints:
+        hub_model=_alternatives(HUB_MODELS),
+    conda:
+        "../envs/data.yaml"
+    threads: 1
+    resources:
+        **request("download"),
+    params:
+        repo_id=lambda wc: HUB_MODELS[wc.hub_model],
+        revision="main",
+    script:
+        "../scripts/fetch_model.py"

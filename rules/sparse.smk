@@ -5,7 +5,7 @@
 
 rule sparse_index:
     input:
-        corpus_shards("sparse"),
+        corpus_blocks,
     output:
         directory(PATHS["sparse_index"]),
     log:
@@ -20,6 +20,7 @@ rule sparse_index:
     resources:
         **request("sparse_index"),
     params:
+        shards=corpus_shards("sparse"),
         quantization=model_setting("quantization"),
         java_heap=config["java_heap"],
     script:

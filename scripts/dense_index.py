@@ -20,7 +20,7 @@ run_stage(
     Call(
         "miracl_eval.faiss.index",
         "build_dense_index",
-        plain((list(sm.input), sm.output.index, sm.output.docids)),
+        plain((list(sm.params.shards), sm.output.index, sm.output.docids)),
         plain(settings),
     ),
     preload=sm.config["preload"],

@@ -7,13 +7,21 @@ from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 p = sm.params
+enc = sm.config["encoder"]
 run_stage(
     sm,
     Call(
         "miracl_eval.encoders.encode",
         "encode_queries",
-        plain((sm.input.queries, dict(sm.output.items()), p.spec)),
-        plain(dict(batch_size=p.batch_size, device=p.device, dtype=p.dtype)),
+        plain((sm.input.queries, dict(sm.output.items()), p.spec, enc["batch_size"])),
+        plain(
+            dict(
+                device=p.device,
+                dtype=p.dtype,
+                token_budget=enc["token_budget"],
+                tokenizer_workers=enc["tokenizer_workers"] if sm.resources.get("gpu", 0) else 1,
+            )
+        ),
     ),
     preload=sm.config["preload"],
 )

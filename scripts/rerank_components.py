@@ -10,8 +10,8 @@ i, p = sm.input, sm.params
 scored = {
     "query_dense": i.query_dense,
     "query_sparse": i.query_sparse,
-    "passage_dense": list(i.passage_dense),
-    "passage_sparse": list(i.passage_sparse),
+    "passage_dense": list(p.passage_dense),
+    "passage_sparse": list(p.passage_sparse),
     "output": sm.output[0],
 }
 run_stage(

@@ -9,7 +9,7 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
     sm,
     lambda: build_sparse_index(
-        list(sm.input),
+        list(sm.params.shards),
         sm.output[0],
         factor=sm.params.quantization["scale"],
         rounding=sm.params.quantization["rounding"],

@@ -10,8 +10,8 @@ i = sm.input
 scored = {
     "query_dense": i.query_dense,
     "query_sparse": i.query_sparse,
-    "passage_dense": list(i.passage_dense),
-    "passage_sparse": list(i.passage_sparse),
+    "passage_dense": list(sm.params.passage_dense),
+    "passage_sparse": list(sm.params.passage_sparse),
     "output": sm.output[0],
 }
 run_stage(

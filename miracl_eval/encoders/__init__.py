@@ -3,7 +3,10 @@
 * :mod:`.registry` (no torch: the Snakefile imports it): the families, their settings, specs;
 * :mod:`.base`: the shared machinery (device, checkpoint, tokenization, batching, CUDA copies);
 * :mod:`.bge_m3`, :mod:`.dense`, :mod:`.splade`: the families;
-* :mod:`.encode`: the encoding stages (a corpus shard, the queries) to Parquet;
+* :mod:`.pipeline`: the host side (tokenizer threads, token-budget batches, outputs off the model's thread);
+* :mod:`.encode`: the encoding stages (a block of corpus shards, the queries) to Parquet;
+* :mod:`.blocks`: which shards of a block are done (fingerprints), block manifests;
+* :mod:`.checkpoints` (no torch): checkpoint folders, hub models fetched once;
 * :mod:`.outputs`: reading the stored vectors and lexical weights (no torch).
 """
 

@@ -10,17 +10,18 @@ how a batch of hidden states (or logits) becomes outputs.
 * tokenization: the same ids as ``tokenizer(texts, truncation=True, max_length=...)``, through
   the fast tokenizer's Rust backend when it agrees with the tokenizer (checked on probes);
   a family may append ids after truncation (the EOS of last-token pooling);
-* batching: texts are encoded in chunks of :func:`chunk_rows` texts (memory stays bounded),
-  each chunk in batches of the longest texts first (less padding), results in input order;
+* batching and the host side (:mod:`miracl_eval.encoders.pipeline`): texts are tokenized by worker
+  threads ahead of the model, cut into batches by a token budget over length-sorted windows, and
+  their outputs assembled off the model's thread; results in input order;
 * on CUDA: inputs go through pinned memory; each batch's outputs are copied to pinned host
-  memory asynchronously and turned into arrays one batch late, while the GPU runs the next.
+  memory asynchronously, while the GPU runs the next batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from miracl_eval.encoders.checkpoints import check_checkpoint
-from miracl_eval.errors import ConfigError, DownloadError, InputError, MiraclEvalError
+from miracl_eval.encoders.checkpoints import HUB_ID, HUB_IGNORE, check_checkpoint, hub_error
+from miracl_eval.encoders.pipeline import TOKENIZE_SLICE, HostSettings, collect
+from miracl_eval.errors import ConfigError, InputError, MiraclEvalError
+from miracl_eval.jobs.devices import driver_version, held_gpus
 
 Role = Literal["query", "passage"]
 ROLES: tuple[Role, ...] = ("query", "passage")
@@ -45,9 +48,6 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
-_TOKENIZE_SLICE = 256
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-_HUB_IGNORE = ["onnx/*", "imgs/*", "*.onnx", "*.onnx_data", "flax_model.msgpack", "rust_model.ot", "tf_model.h5"]
 
 
 @dataclass
@@ -68,8 +68,9 @@ class Encoder(Protocol):
     outputs: tuple[str, ...]  # what encode() fills in: a subset of ("dense", "sparse")
     dim: int | None  # the dense vectors' dimension (None without dense output)
 
-    def encode(self, texts: Sequence[str], role: Role, batch_size: int) -> Encoded:
-        """Encode ``texts`` as queries or passages (max length, prefixes: from the spec, by role)."""
+    def encode(self, texts: Sequence[str], role: Role, batch_size: int, host: HostSettings | None = None) -> Encoded:
+        """Encode ``texts`` as queries or passages (max length, prefixes: from the spec, by role), in
+        batches of at most ``batch_size`` texts (``host``: the rest of :class:`HostSettings`)."""
         ...
 
 
@@ -84,27 +85,70 @@ def chunk_rows(batch_size: int) -> int:
     return max(16 * batch_size, 2048)
 
 
+def host_settings(batch_size: int, token_budget: int | None = None, workers: int | None = None) -> HostSettings:
+    """The pipeline's settings for batches of at most ``batch_size`` texts (defaults for the rest)."""
+    default = HostSettings()
+    return HostSettings(
+        token_budget=token_budget or default.token_budget,
+        max_rows=batch_size,
+        workers=workers or default.workers,
+        window=chunk_rows(batch_size),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # device, dtype, checkpoint
 
 
 def resolve_device(device: str) -> torch.device:
-    """``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    """``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    A job that holds a GPU (:func:`miracl_eval.jobs.devices.held_gpus`: leased, or given by SLURM)
+    never falls back to the CPU: with ``auto`` or ``cuda`` and no usable CUDA it stops with
+    :func:`cuda_unusable` (torch's build, the driver, the devices, what to do)."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        held = held_gpus()
+        if held is not None:
+            raise MiraclEvalError(cuda_unusable(device, held))
+        return torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise MiraclEvalError(f"unknown device '{device}' (use auto, cpu, cuda or cuda:N)") from err
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise MiraclEvalError(f"device '{device}' was requested but CUDA is not available here")
+        raise MiraclEvalError(cuda_unusable(device, held_gpus()))
     return dev
 
 
+def cuda_unusable(device: str, held: str | None) -> str:
+    """The message of a job that should run on a GPU and cannot use CUDA: what torch, the driver and
+    the job have, and what to do."""
+    build = torch.version.cuda
+    reason = ""
+    try:
+        torch.cuda.init()
+    except Exception as err:  # noqa: BLE001 - torch says why in its message
+        reason = f": {str(err).strip().splitlines()[0]}" if str(err).strip() else ""
+    driver = driver_version()
+    given = f"this job holds GPU(s) {held}" if held is not None else "no GPU was given to this job"
+    return (
+        f"encoder.device '{device}': CUDA is not usable here{reason} ({given}; torch {torch.__version__}, "
+        f"{'built for CUDA ' + build if build else 'a CPU-only build'}; NVIDIA driver "
+        f"{driver or 'not found'}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}). "
+        "Install a torch build that this driver supports (README, 'GPUs'), or set encoder.device: cpu to "
+        "encode on the CPU on purpose"
+    )
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` (bfloat16 on CUDA, float32 elsewhere), ``float32``, ``float16`` or ``bfloat16``."""
+    """``auto`` (bfloat16 on a GPU with native bfloat16, float16 on an older one, float32 on the CPU),
+    ``float32``, ``float16`` or ``bfloat16``."""
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     try:
         return _DTYPES[dtype]
     except KeyError:
@@ -119,17 +163,14 @@ def resolve_model_dir(checkpoint: str | os.PathLike[str]) -> Path:
     if path.exists():
         raise InputError(path, "the checkpoint must be a folder (or a Hugging Face hub id), not a file")
     name = str(checkpoint)
-    if not _HUB_ID.match(name):
+    if not HUB_ID.match(name):
         raise InputError(path, "checkpoint folder does not exist")
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id=name, ignore_patterns=_HUB_IGNORE))
+        return Path(snapshot_download(repo_id=name, ignore_patterns=HUB_IGNORE))
     except Exception as err:  # noqa: BLE001 - offline, unknown repo, gated repo...: all mean the same here
-        raise DownloadError(
-            f"cannot download the checkpoint '{name}' from the Hugging Face hub ({type(err).__name__}) and no "
-            f"local folder of that name exists: point the model's `checkpoint` setting at a local folder holding it"
-        ) from err
+        raise hub_error(name, err) from err
 
 
 @dataclass
@@ -254,32 +295,29 @@ class TransformerEncoder:
             raise ValueError(f"role must be 'query' or 'passage', not {role!r}")
         return int(self.spec[f"{role}_max_length"])
 
-    def encode(self, texts: Sequence[str], role: Role, batch_size: int) -> Encoded:
-        """Encode ``texts`` as ``role`` (see :class:`Encoder`); the results are in input order."""
-        got = self.encode_outputs(texts, role, batch_size, self.outputs)
+    def encode(self, texts: Sequence[str], role: Role, batch_size: int, host: HostSettings | None = None) -> Encoded:
+        """Encode ``texts`` as ``role`` (see :class:`Encoder`); the results are in input order.
+
+        ``batch_size``: texts per batch at most; ``host``: the rest of the batching (its
+        ``max_rows`` is replaced by ``batch_size``)."""
+        got = self.encode_outputs(texts, role, batch_size, self.outputs, host)
         return Encoded(dense=got.get(DENSE), sparse=got.get(SPARSE))
 
-    def encode_outputs(self, texts: Sequence[str], role: Role, batch_size: int, kinds: Sequence[str]) -> dict[str, Any]:
+    def encode_outputs(
+        self,
+        texts: Sequence[str],
+        role: Role,
+        batch_size: int,
+        kinds: Sequence[str],
+        host: HostSettings | None = None,
+    ) -> dict[str, Any]:
         """``{kind: values}`` of ``texts`` for each of ``kinds``: a float32 array for dense, else a list."""
         if isinstance(texts, str):
             raise TypeError("encode() takes a sequence of texts, not a single string")
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
-        max_length = self.max_length(role)
-        parts: dict[str, list[Any]] = {kind: [] for kind in kinds}
-        chunk = chunk_rows(batch_size)
-        for start in range(0, len(texts), chunk):
-            prepared = self.prepare(texts[start : start + chunk], role)
-            for kind, values in self._encode_chunk(prepared, max_length, batch_size, kinds).items():
-                if kind == DENSE:
-                    parts[kind].append(values)
-                else:
-                    parts[kind].extend(values)
-        out: dict[str, Any] = dict(parts)
-        if DENSE in out:
-            dense = out[DENSE]
-            out[DENSE] = np.concatenate(dense) if dense else np.zeros((0, self.dim or 0), dtype=np.float32)
-        return out
+        settings = host_settings(batch_size) if host is None else dataclasses.replace(host, max_rows=batch_size)
+        return collect(self, texts, role, kinds, settings)
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int64, right-padded with the pad id) and lengths of ``texts``, suffix ids included.
@@ -289,9 +327,14 @@ class TransformerEncoder:
         text before truncating it, so one call over thousands of long texts would peak high.
         """
         cut = max_length - len(self.suffix_ids)
+        self.prime_tokenizer(cut)
         lists: list[list[int]] = []
-        for start in range(0, len(texts), _TOKENIZE_SLICE):
-            lists.extend(self._token_ids(list(texts[start : start + _TOKENIZE_SLICE]), cut))
+        for start in range(0, len(texts), TOKENIZE_SLICE):
+            lists.extend(self.token_ids(list(texts[start : start + TOKENIZE_SLICE]), cut))
+        return self.pad(lists)
+
+    def pad(self, lists: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Token id lists (before the suffix): a right-padded int64 matrix with the suffix ids, and the lengths."""
         if self.suffix_ids:
             lists = [ids + list(self.suffix_ids) for ids in lists]
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -302,9 +345,13 @@ class TransformerEncoder:
         )
         return ids, lengths
 
-    def _token_ids(self, texts: list[str], max_length: int) -> list[list[int]]:
+    def prime_tokenizer(self, max_length: int, probe: Sequence[str] = ("a", "b c")) -> None:
+        """Decide once, before threads share the tokenizer, whether its fast path serves ``max_length``."""
         if max_length not in self._backends:
-            self._backends[max_length] = self._fast_backend_matches(texts[:16], max_length)
+            self._backends[max_length] = self._fast_backend_matches(list(probe), max_length)
+
+    def token_ids(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """The ids of ``texts`` truncated to ``max_length`` (no suffix); :meth:`prime_tokenizer` first."""
         if not self._backends[max_length]:
             return self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
         return [e.ids for e in self._fast_encode(texts, max_length)]
@@ -350,20 +397,28 @@ class TransformerEncoder:
         for start in range(0, len(order), batch_size):
             pos = order[start : start + batch_size]
             blen = lengths[pos]
-            width = int(blen.max())
-            bids = np.ascontiguousarray(ids[pos, :width])
-            input_ids = self._to_device(torch.from_numpy(bids))
-            lengths_dev = self._to_device(torch.from_numpy(blen))
-            mask = (torch.arange(width, device=self.device)[None, :] < lengths_dev[:, None]).long()
-            yield Batch(positions=pos, input_ids=bids, lengths=blen, tensors=self.forward(input_ids, mask, kinds))
+            bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
+            yield self.run_batch(pos, bids, blen, kinds)
+
+    def run_batch(self, positions: np.ndarray, ids: torch.Tensor, lengths: np.ndarray, kinds: Sequence[str]) -> Batch:
+        """The family's forward pass over one batch of host ids (pinned on CUDA), without waiting for the device."""
+        width = ids.shape[1]
+        input_ids = self._to_device(ids)
+        lengths_dev = self._to_device(torch.from_numpy(lengths))
+        mask = (torch.arange(width, device=self.device)[None, :] < lengths_dev[:, None]).long()
+        return Batch(
+            positions=positions, input_ids=ids.numpy(), lengths=lengths, tensors=self.forward(input_ids, mask, kinds)
+        )
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """A host tensor on the model's device; on CUDA through pinned memory, without waiting for the GPU."""
         if self.device.type != "cuda":
             return tensor.to(self.device)
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+        if not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
-    def _start_host_copy(self, batch: Batch) -> None:
+    def start_host_copy(self, batch: Batch) -> None:
         """Start copying a CUDA batch's outputs to (pinned) host memory; :meth:`Batch.wait` ends it.
 
         The copies queue behind the batch's kernels and the next batch's kernels queue behind
@@ -376,35 +431,3 @@ class TransformerEncoder:
             batch.tensors[name] = host.copy_(tensor, non_blocking=True)
         batch.ready = torch.cuda.Event()
         batch.ready.record()
-
-    def _encode_chunk(
-        self, texts: Sequence[str], max_length: int, batch_size: int, kinds: Sequence[str]
-    ) -> dict[str, Any]:
-        """Encode prepared ``texts`` (one tokenization pass; callers bound its size) into input-order values.
-
-        Each batch is stored one step late: its outputs are turned into arrays after the next
-        batch has been queued on the device, so that on a GPU the two overlap.
-        """
-        n = len(texts)
-        out: dict[str, Any] = {
-            kind: np.zeros((n, self.dim or 0), dtype=np.float32) if kind == DENSE else [None] * n for kind in kinds
-        }
-
-        def store(batch: Batch) -> None:
-            batch.wait()
-            for kind in kinds:
-                if kind == DENSE:
-                    out[kind][batch.positions] = batch.tensors[kind].cpu().numpy()
-                else:
-                    for p, item in zip(batch.positions, self.rows(kind, batch), strict=True):
-                        out[kind][p] = item
-
-        pending: Batch | None = None
-        for batch in self.iter_batches(texts, max_length, batch_size, kinds):
-            self._start_host_copy(batch)
-            if pending is not None:
-                store(pending)
-            pending = batch
-        if pending is not None:
-            store(pending)
-        return out

@@ -1,13 +1,17 @@
-"""The encoding stages of every family: a corpus shard, or a partition's queries, to Parquet.
+"""The encoding stages of every family: a block of corpus shards, or a partition's queries, to Parquet.
 
-Rows are streamed in bounded chunks (:func:`base.chunk_rows`), so memory does not grow with the
-shard size. A stage writes one file per output kind of the model's family, all published
-together or none: dense vectors in :func:`schemas.dense_schema`, lexical weights in
-:data:`schemas.SPARSE` (passages) or :data:`schemas.QUERY_SPARSE` (queries).
+Rows are streamed in bounded chunks (:func:`base.chunk_rows`) through the host pipeline
+(:mod:`miracl_eval.encoders.pipeline`), so memory does not grow with the shard size and the model
+never waits for reading, tokenizing or writing. A shard writes one file per output kind of the
+model's family, all published together or none: dense vectors in :func:`schemas.dense_schema`,
+lexical weights in :data:`schemas.SPARSE` (passages) or :data:`schemas.QUERY_SPARSE` (queries).
+A block job (:func:`encode_corpus_block`) loads the model once for all of its shards and skips the
+ones already done (:mod:`miracl_eval.encoders.blocks`).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from miracl_eval import schemas
-from miracl_eval.encoders import PRELOAD_MODULES, base
-from miracl_eval.encoders.base import DENSE, SPARSE, Encoder, Role
+from miracl_eval import schemas, shards
+from miracl_eval.encoders import PRELOAD_MODULES, base, blocks, pipeline
+from miracl_eval.encoders.base import DENSE, SPARSE, HostSettings, Role, TransformerEncoder
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.preprocess import join_title
@@ -29,6 +33,8 @@ from miracl_eval.types import PathLike
 
 #: imported once by a preload server before it forks these stages' jobs (:mod:`miracl_eval.jobs.preload`)
 PRELOAD = PRELOAD_MODULES
+
+log = logging.getLogger(__name__)
 
 
 def text_columns(title_join: str | None) -> list[str]:
@@ -139,19 +145,26 @@ def _progress(total: int, desc: str):
     )
 
 
-def _load_encoder(spec: Mapping[str, Any], outputs: Mapping[str, PathLike], device: str, dtype: str) -> Encoder:
-    """Check that ``outputs`` names exactly the family's output kinds, then load the encoder."""
+def _check_outputs(spec: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
     family = get_family(spec["family"])
     if set(outputs) != set(family.outputs):
         raise ValueError(
             f"outputs must name the {family.name} family's outputs ({', '.join(family.outputs)}), "
             f"not {', '.join(outputs) or 'nothing'}"
         )
-    return family.load(spec, device=device, dtype=dtype)
+
+
+def _load_encoder(spec: Mapping[str, Any], outputs: Mapping[str, Any], device: str, dtype: str) -> TransformerEncoder:
+    """Check that ``outputs`` names exactly the family's output kinds, then load the encoder."""
+    _check_outputs(spec, outputs)
+    encoder = get_family(spec["family"]).load(spec, device=device, dtype=dtype)
+    assert isinstance(encoder, TransformerEncoder)
+    log.info("model %s on %s in %s", spec["checkpoint"], encoder.device, str(encoder.dtype).removeprefix("torch."))
+    return encoder
 
 
 def _write_encoded(
-    encoder: Encoder,
+    encoder: TransformerEncoder,
     batches: Iterator[pa.RecordBatch],
     key: str,
     texts_of: Callable[[pa.RecordBatch], list[str | None]],
@@ -159,41 +172,50 @@ def _write_encoded(
     outputs: Mapping[str, PathLike],
     dense_dtype: str,
     role: Role,
-    batch_size: int,
+    host: HostSettings,
     desc: str,
     source: PathLike,
+    metadata: Mapping[bytes, bytes] | None = None,
 ) -> dict[str, Any]:
     kinds: dict[str, tuple[PathLike, pa.Schema]] = {}
     for kind in encoder.outputs:  # the family's order
         if kind == DENSE:
             assert encoder.dim is not None
-            kinds[kind] = (outputs[kind], schemas.dense_schema(encoder.dim, dense_dtype, key=key))
+            schema = schemas.dense_schema(encoder.dim, dense_dtype, key=key)
         else:
-            kinds[kind] = (outputs[kind], schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE)
-    rows = 0
-    started = time.perf_counter()
-    with _AllOrNone(kinds) as out, _progress(total, desc) as bar:
+            schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
+        kinds[kind] = (outputs[kind], schema.with_metadata(dict(metadata)) if metadata else schema)
+    read = 0
+
+    def chunks() -> Iterator[tuple[pa.Array, list[str]]]:  # runs in the pipeline's planner thread
+        nonlocal read
         for batch in batches:
             ids = batch.column(key)
             texts = texts_of(batch)
             if ids.null_count or any(t is None for t in texts):
                 bad = next(i for i in range(len(texts)) if texts[i] is None or not ids[i].is_valid)
-                raise InputError(source, f"null {key} or text in row {rows + bad + 1}")
-            encoded = encoder.encode(texts, role, batch_size)  # type: ignore[arg-type]
+                raise InputError(source, f"null {key} or text in row {read + bad + 1}")
+            read += len(texts)
+            yield ids, texts  # type: ignore[misc]
+
+    rows = 0
+    started = time.perf_counter()
+    with _AllOrNone(kinds) as out, _progress(total, desc) as bar:
+        for ids, encoded in pipeline.encode_stream(encoder, chunks(), role, encoder.outputs, host):
             for kind, writer in out.writers.items():
                 if kind == DENSE:
-                    assert encoded.dense is not None and encoder.dim is not None
-                    columns = [ids, _dense_column(encoded.dense, encoder.dim, dense_dtype)]
+                    assert encoder.dim is not None
+                    columns = [ids, _dense_column(encoded[DENSE], encoder.dim, dense_dtype)]
                 else:
-                    assert kind == SPARSE and encoded.sparse is not None
+                    assert kind == SPARSE
                     columns = [
                         ids,
-                        _list_column([t for t, _ in encoded.sparse], np.int32),
-                        _list_column([w for _, w in encoded.sparse], np.float32),
+                        _list_column([t for t, _ in encoded[SPARSE]], np.int32),
+                        _list_column([w for _, w in encoded[SPARSE]], np.float32),
                     ]
                 writer.write(pa.table(columns, schema=writer.schema))
-            rows += len(texts)
-            bar.update(len(texts))
+            rows += len(ids)
+            bar.update(len(ids))
     seconds = time.perf_counter() - started
     return {
         "rows": rows,
@@ -201,6 +223,53 @@ def _write_encoded(
         "seconds": round(seconds, 3),
         "passages_per_s": round(rows / seconds, 2) if seconds > 0 else float("inf"),
     }
+
+
+def _shard_rows(corpus_parquet: PathLike, shard: int, shard_size: int) -> tuple[int, int]:
+    total = schemas.num_chunks(corpus_parquet, shard_size)
+    if not 0 <= shard < total:
+        raise ValueError(f"shard {shard} is out of range: {corpus_parquet} has {total} shard(s) of {shard_size}")
+    n_rows = schemas.count_rows(corpus_parquet)
+    return shard * shard_size, min((shard + 1) * shard_size, n_rows)
+
+
+def _encode_shard(
+    encoder: TransformerEncoder,
+    corpus_parquet: PathLike,
+    shard: int,
+    shard_size: int,
+    outputs: Mapping[str, PathLike],
+    spec: Mapping[str, Any],
+    host: HostSettings,
+    dense_dtype: str,
+    metadata: Mapping[bytes, bytes] | None = None,
+) -> dict[str, Any]:
+    start, stop = _shard_rows(corpus_parquet, shard, shard_size)
+    title_join = spec["title_join"]
+    columns = ["docid", *text_columns(title_join)]
+    batches = _iter_rows(corpus_parquet, columns, start, stop, host.window)
+    stats = _write_encoded(
+        encoder,
+        batches,
+        "docid",
+        lambda batch: passage_texts(batch, title_join),
+        stop - start,
+        outputs,
+        dense_dtype,
+        "passage",
+        host,
+        f"encode shard {shard}",
+        corpus_parquet,
+        metadata,
+    )
+    if stats["rows"] != stop - start:  # pragma: no cover - metadata and data disagree
+        raise InputError(corpus_parquet, f"expected {stop - start} rows in shard {shard}, read {stats['rows']}")
+    return {"shard": shard, "start": start, "stop": stop, **stats}
+
+
+def _check_dense_dtype(dense_dtype: str) -> None:
+    if dense_dtype not in ("float16", "float32"):
+        raise ValueError(f"dense_dtype must be float16 or float32, not {dense_dtype!r}")
 
 
 def encode_corpus_shard(
@@ -213,44 +282,116 @@ def encode_corpus_shard(
     device: str = "auto",
     dtype: str = "auto",
     dense_dtype: str = "float32",
+    token_budget: int | None = None,
+    tokenizer_workers: int | None = None,
 ) -> dict[str, Any]:
     """Encode rows ``[shard * shard_size, (shard + 1) * shard_size)`` of a corpus Parquet file.
 
     ``spec``: a resolved model spec (:meth:`registry.Family.resolve`); the passages' texts come
     from the ``contents`` column, or from ``title`` and ``text`` when the spec's ``title_join``
     is a template. ``outputs`` maps each of the family's output kinds to its Parquet file
-    (dense vectors stored as ``dense_dtype``); all are published together or none.
+    (dense vectors stored as ``dense_dtype``); all are published together or none. Batches hold
+    at most ``batch_size`` texts and ``token_budget`` padded tokens; ``tokenizer_workers``
+    threads tokenize (:class:`pipeline.HostSettings` defaults for those left out).
 
     Returns ``{"shard", "start", "stop", "rows", "dim", "seconds", "passages_per_s"}``.
     Raises ``ValueError`` for a shard outside the corpus.
     """
-    if dense_dtype not in ("float16", "float32"):
-        raise ValueError(f"dense_dtype must be float16 or float32, not {dense_dtype!r}")
-    total = schemas.num_chunks(corpus_parquet, shard_size)
-    if not 0 <= shard < total:
-        raise ValueError(f"shard {shard} is out of range: {corpus_parquet} has {total} shard(s) of {shard_size}")
-    n_rows = schemas.count_rows(corpus_parquet)
-    start, stop = shard * shard_size, min((shard + 1) * shard_size, n_rows)
+    _check_dense_dtype(dense_dtype)
+    _shard_rows(corpus_parquet, shard, shard_size)
     encoder = _load_encoder(spec, outputs, device, dtype)
-    title_join = spec["title_join"]
-    columns = ["docid", *text_columns(title_join)]
-    batches = _iter_rows(corpus_parquet, columns, start, stop, base.chunk_rows(batch_size))
-    stats = _write_encoded(
-        encoder,
-        batches,
-        "docid",
-        lambda batch: passage_texts(batch, title_join),
-        stop - start,
-        outputs,
-        dense_dtype,
-        "passage",
-        batch_size,
-        f"encode shard {shard}",
-        corpus_parquet,
-    )
-    if stats["rows"] != stop - start:  # pragma: no cover - metadata and data disagree
-        raise InputError(corpus_parquet, f"expected {stop - start} rows in shard {shard}, read {stats['rows']}")
-    return {"shard": shard, "start": start, "stop": stop, **stats}
+    host = base.host_settings(batch_size, token_budget, tokenizer_workers)
+    return _encode_shard(encoder, corpus_parquet, shard, shard_size, outputs, spec, host, dense_dtype)
+
+
+def encode_corpus_block(
+    corpus_parquet: PathLike,
+    block: str,
+    shard_size: int,
+    shard_files: Mapping[str, str],
+    manifest: PathLike,
+    spec: Mapping[str, Any],
+    batch_size: int,
+    device: str = "auto",
+    dtype: str = "auto",
+    dense_dtype: str = "float32",
+    token_budget: int | None = None,
+    tokenizer_workers: int | None = None,
+) -> dict[str, Any]:
+    """Encode the shards of ``block`` (``00010-00019``, :mod:`blocks`) that are not done yet, loading
+    the model once (and only when some shard needs it); then write the block's ``manifest``.
+
+    ``shard_files`` maps each of the family's output kinds to its shard file pattern, with
+    ``{shard}`` for the shard's 5-digit number. Each shard is written as
+    :func:`encode_corpus_shard` writes it, its files stamped with the settings' fingerprint, so a
+    killed job, run again, resumes at its first unfinished shard. A shard counts as done only when
+    its files are newer than the corpus and the (local) checkpoint.
+    """
+    _check_dense_dtype(dense_dtype)
+    _check_outputs(spec, shard_files)
+    block_range = shards.block_shards(block)
+    last = schemas.num_chunks(corpus_parquet, shard_size) - 1
+    if block_range.stop - 1 > last:
+        raise ValueError(f"block {block} is out of range: {corpus_parquet} has shards 0 to {last} of {shard_size}")
+    mark = blocks.fingerprint(spec, dtype, dense_dtype, shard_size)
+    checkpoint = spec["checkpoint"]
+    not_before = blocks.newest_mtime([corpus_parquet, *([checkpoint] if Path(checkpoint).exists() else [])])
+    host = base.host_settings(batch_size, token_budget, tokenizer_workers)
+    encoder: TransformerEncoder | None = None
+    done: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for shard in block_range:
+        files = {kind: pattern.format(shard=shards.shard_name(shard)) for kind, pattern in shard_files.items()}
+        start, stop = _shard_rows(corpus_parquet, shard, shard_size)
+        if blocks.shard_is_done(files.values(), mark, stop - start, not_before):
+            log.info("shard %d: done before, kept", shard)
+            done.append({"shard": shard, "rows": stop - start, "files": files, "encoded": False})
+            continue
+        if encoder is None:
+            encoder = _load_encoder(spec, shard_files, device, dtype)
+        stats = _encode_shard(
+            encoder,
+            corpus_parquet,
+            shard,
+            shard_size,
+            files,
+            spec,
+            host,
+            dense_dtype,
+            {blocks.FINGERPRINT_KEY: mark.encode()},
+        )
+        log.info(
+            "shard %d: %d passages in %.1f s (%.0f/s)", shard, stats["rows"], stats["seconds"], stats["passages_per_s"]
+        )
+        done.append(
+            {"shard": shard, "rows": stats["rows"], "files": files, "encoded": True, "seconds": stats["seconds"]}
+        )
+    dim = encoder.dim if encoder is not None else _stored_dim(done)
+    facts = {
+        "fingerprint": mark,
+        "dim": dim,
+        "device": str(encoder.device) if encoder is not None else None,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    blocks.write_manifest(manifest, block, done, **facts)
+    encoded = sum(s["rows"] for s in done if s["encoded"])
+    return {
+        "block": block,
+        "shards": len(done),
+        "encoded_shards": sum(s["encoded"] for s in done),
+        "passages_encoded": encoded,
+        **facts,
+    }
+
+
+def _stored_dim(done: Sequence[Mapping[str, Any]]) -> int | None:
+    """The dense dimension of shards that were all done before (None without dense output)."""
+    from miracl_eval.encoders.outputs import vector_dim
+
+    for shard in done:
+        if DENSE in shard["files"]:
+            return vector_dim(shard["files"][DENSE])[1]
+    return None
 
 
 def encode_queries(
@@ -260,6 +401,8 @@ def encode_queries(
     batch_size: int,
     device: str = "auto",
     dtype: str = "auto",
+    token_budget: int | None = None,
+    tokenizer_workers: int | None = None,
 ) -> dict[str, Any]:
     """Encode a queries Parquet file (``qid``, ``query``) as :func:`encode_corpus_shard` does a shard.
 
@@ -268,7 +411,8 @@ def encode_queries(
     """
     n_rows = schemas.count_rows(queries_parquet)
     encoder = _load_encoder(spec, outputs, device, dtype)
-    batches = _iter_rows(queries_parquet, ["qid", "query"], 0, n_rows, base.chunk_rows(batch_size))
+    host = base.host_settings(batch_size, token_budget, tokenizer_workers)
+    batches = _iter_rows(queries_parquet, ["qid", "query"], 0, n_rows, host.window)
     return _write_encoded(
         encoder,
         batches,
@@ -278,7 +422,7 @@ def encode_queries(
         outputs,
         "float32",
         "query",
-        batch_size,
+        host,
         "encode queries",
         queries_parquet,
     )

@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 DEVICES_ENV = "MIRACL_EVAL_GPUS"
 LOCKS_ENV = "MIRACL_EVAL_GPU_LOCKS"
+#: set by :func:`lease_gpus` to the leased devices: the job (and a preloaded child of it) holds them
+LEASE_ENV = "MIRACL_EVAL_GPU_LEASE"
+#: what SLURM sets in a job that was given GPUs
+SLURM_GPU_ENV = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 #: seconds between two tries while every device is leased
 POLL_SECONDS = 0.5
 #: the lock files this process holds (a lease lasts as long as its open file)
@@ -122,5 +126,43 @@ def lease_gpus(count: int = 1) -> str | None:
     _held.extend(fh for _, fh in held)
     chosen = ",".join(device for device, _ in held)
     os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    os.environ[LEASE_ENV] = chosen
     log.info("GPU lease: CUDA_VISIBLE_DEVICES=%s", chosen)
     return chosen
+
+
+def held_gpus() -> str | None:
+    """The GPUs this job holds: leased here (:func:`lease_gpus`) or given by SLURM; None when it holds none.
+
+    A job that holds a GPU is expected to use it: see :func:`miracl_eval.encoders.base.resolve_device`."""
+    leased = os.environ.get(LEASE_ENV)
+    if leased:
+        return leased
+    if os.environ.get("SLURM_JOB_ID"):
+        for name in SLURM_GPU_ENV:
+            value = os.environ.get(name, "").strip()
+            if value and value != "0":
+                return os.environ.get("CUDA_VISIBLE_DEVICES") or value
+    return None
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, from the kernel module or ``nvidia-smi``; None without one."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        for word in text.split():
+            if word.count(".") >= 1 and word.replace(".", "").isdigit():
+                return word
+    except OSError:
+        pass
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout.split()  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out else None

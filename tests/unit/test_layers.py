@@ -9,7 +9,7 @@ import pytest
 
 LIBRARY = Path(__file__).resolve().parents[2] / "miracl_eval"
 #: shared infrastructure: the top-level modules, importable from anywhere
-INFRASTRUCTURE = {"errors", "atomic", "tsv", "ids", "schemas", "runs", "types"}
+INFRASTRUCTURE = {"errors", "atomic", "tsv", "ids", "schemas", "shards", "runs", "types"}
 #: each subpackage's layer; a module may import its own subpackage, infrastructure, or a lower layer
 LAYERS = {
     "jobs": 1,

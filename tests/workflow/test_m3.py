@@ -63,6 +63,29 @@ def test_rerun_has_nothing_to_do(m3_run: Path) -> None:
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize(
+    "encoder",
+    [{"block_size": 60}, {"block_size": 120}, {"batch_size": 3, "token_budget": 50, "tokenizer_workers": 3}],
+    ids=["one-shard-blocks", "two-shard-blocks", "throughput"],
+)
+def test_block_size_and_throughput_settings_rerun_nothing(m3_run: Path, encoder: dict) -> None:
+    """The corpus was encoded in blocks of three shards; other block sizes, batch sizes, token budgets
+    and tokenizer workers change no result, so no job runs again."""
+    cfg = m3_config()
+    cfg["encoder"] = {**cfg["encoder"], **encoder}
+    proc = _dry(m3_run, cfg, "throughput.yaml")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+
+
+def test_a_new_block_size_applies_to_a_corpus_not_yet_encoded(m3_run: Path, tmp_path: Path) -> None:
+    cfg = m3_config(encoder={**m3_config()["encoder"], "block_size": 120})
+    proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl_ndcg.tsv", args=("-n",))
+    blocks = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "blocks/" in line and "output:" in line}
+    # 160 and 161 passages in shards of 60 (3 each): blocks of two shards and of one, per language
+    assert {b.rsplit("/", 1)[1] for b in blocks} == {"00000-00001.json", "00002-00002.json"}, blocks
+    assert planned_jobs(proc)["encode_corpus_dense_sparse"] == 4
+
+
 def test_fusion_weight_reruns_only_fusion_and_evaluation(m3_run: Path) -> None:
     cfg = m3_config(m3={"weights": {"sparse": 0.5}})
     # the two rows that weigh the sparse score (dense+sparse, all), in both languages; one evaluation a row
@@ -97,7 +120,7 @@ def test_added_language_runs_only_its_jobs(m3_run: Path) -> None:
 def test_encoder_max_length_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
     jobs = planned_jobs(_dry(m3_run, m3_config(m3={"passage_max_length": 128}), "maxlen.yaml"))
     assert jobs == {
-        "encode_corpus_dense_sparse": 6,
+        "encode_corpus_dense_sparse": 2,  # one block of three shards per language
         "dense_index": 2,
         "sparse_index": 2,
         "dense_search": 2,
@@ -115,7 +138,7 @@ def test_model_change_reruns_encoding_and_downstream_only(m3_run: Path) -> None:
     if not other.exists():
         shutil.copytree(m3_run / "resources" / "models" / "tiny-bge-m3", other)
     jobs = planned_jobs(_dry(m3_run, m3_config(m3={"checkpoint": str(other)}), "model.yaml"))
-    assert jobs["encode_corpus_dense_sparse"] == 6 and jobs["encode_queries_dense_sparse"] == 2
+    assert jobs["encode_corpus_dense_sparse"] == 2 and jobs["encode_queries_dense_sparse"] == 2
     assert not {"preprocess_corpus", "preprocess_topics", "bm25_index", "bm25_search", "tiny_model"} & set(jobs)
     assert jobs["evaluate"] == 5
 

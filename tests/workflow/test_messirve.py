@@ -110,8 +110,13 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
     assert jobs("bm25_index") == 1
     assert jobs("dense_index") == 2  # one per model
     assert jobs("sparse_index") == 1
-    assert jobs("encode_corpus_dense_sparse") == 3, "203 paragraphs in shards of 100, encoded once"
-    assert jobs("encode_corpus_dense") == 3, "me5-small: the same shards, encoded once"
+    assert jobs("encode_corpus_dense_sparse") == 1, "203 paragraphs in one block, encoded once"
+    assert jobs("encode_corpus_dense") == 1, "me5-small: the same block, encoded once"
+    encoded = messirve_run / "resources" / "messirve" / "encoded"
+    for model, kind in (("bge-m3", "sparse"), ("me5-small", "dense")):
+        assert sorted(p.name for p in (encoded / model / "corpus" / "eswiki" / kind).iterdir()) == [
+            "00000.parquet", "00001.parquet", "00002.parquet",
+        ], "shards of 100"  # fmt: skip
     assert jobs("bm25_search") == len(RUN_PARTS)
     assert jobs("encode_queries_dense_sparse") == jobs("encode_queries_dense") == len(RUN_PARTS)
     assert sorted(p.name for p in (messirve_run / "resources" / "messirve" / "corpus").iterdir()) == ["eswiki"]

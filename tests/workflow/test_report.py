@@ -180,7 +180,7 @@ def test_top_differences_and_stage_costs(sample_report: Path) -> None:
     costs = {r["rule"]: r for r in tsv_dicts(sample_report / "results/miracl_stage_costs.tsv")}
     assert tsv_header(sample_report / "results/miracl_stage_costs.tsv") == list(stage_costs.STAGE_COSTS_COLUMNS)
     jobs = {rule: int(r["jobs"]) for rule, r in costs.items()}
-    assert jobs["evaluate"] == 6 and jobs["tables"] == 1 and jobs["encode_corpus_dense_sparse"] == 6
+    assert jobs["evaluate"] == 6 and jobs["tables"] == 1 and jobs["encode_corpus_dense_sparse"] == 2
     assert jobs["tiny_model"] == 1 and jobs["report_significance"] == 1 and "report_stage_costs" not in jobs
     for r in costs.values():
         assert float(r["total_s"]) >= float(r["max_s"]) > 0 and float(r["max_rss_mb"]) > 0

@@ -9,9 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from miracl_eval.jobs import requests as costs
 from miracl_eval.schemas import CORPUS, QRELS, QUERIES
+from miracl_eval.shards import block_rows, shards_per_block
 from tests.helpers import M3_METHODS, REPO, TINY_M3, load_config, m3_config, sample_config, snakemake, write_config
 from tests.unit.jobs.test_requests import DATASETS, ENGLISH, MB, MESSIRVE, MESSIRVE_QUERIES, NODE_MB, SCALE, SCALE_IVFPQ
 
@@ -88,9 +90,8 @@ def _full_size(work: Path, dataset: str, corpora: dict[str, int], queries: dict[
     with open(model / "model.safetensors", "wb") as fh:
         fh.truncate(2_270 * MB)  # BGE-M3's size, as a sparse file
     config = sample_config(list(queries), "miracl.yaml" if dataset == "miracl" else "messirve.yaml")
-    config.update(
-        models={"bge-m3": {"checkpoint": str(model)}}, methods=M3_METHODS, hybrids={}, encoder={"device": "auto"}, **cfg
-    )
+    encoder = {"device": "auto", **cfg.pop("encoder", {})}  # type: ignore[dict-item]
+    config.update(models={"bge-m3": {"checkpoint": str(model)}}, methods=M3_METHODS, hybrids={}, encoder=encoder, **cfg)
     for name in ("corpus", "topics", "qrels"):
         config["source"][name] = str(work / "src" / f"{{lang}}.{name}")
         for part in (*queries, *corpora):
@@ -114,7 +115,7 @@ def _expected(
         "bm25_index": costs.Job(passages=passages, threads=threads),
         "dense_index": costs.Job(passages=passages, threads=threads),
         "encode_corpus": costs.Job(
-            passages=min(shard, passages - int(wildcards.get("shard", 0)) * shard),
+            passages=block_rows(wildcards["block"], passages, shard) if "block" in wildcards else 0,
             threads=threads,
             checkpoint_mb=2_270.0,
             gpu=True,
@@ -160,5 +161,33 @@ def test_full_size_requests_follow_the_data_and_fit_32gb_but_a_flat_index(
         else:
             assert mem < 32_000, (rule, wildcards, mem)
     assert checked == CHECKED
-    shards = [wc for rule, wc in requests if rule == "encode_corpus_dense_sparse" and dict(wc)["corpus"] == big]
-    assert len(shards) == -(-corpora[big] // cfg["encoder"]["shard_size"])
+    blocks = [wc for rule, wc in requests if rule == "encode_corpus_dense_sparse" and dict(wc)["corpus"] == big]
+    per_block = shards_per_block(cfg["encoder"]["block_size"], cfg["encoder"]["shard_size"])
+    shards = -(-corpora[big] // cfg["encoder"]["shard_size"])
+    assert len(blocks) == -(-shards // per_block) <= 40  # English: 33 jobs of 1M passages
+
+
+def test_full_miracl_is_encoded_in_a_few_long_gpu_jobs(tmp_path: Path) -> None:
+    """All 18 corpora at their real sizes (106M passages), with scale.yaml: one GPU job per block of 1M
+    passages (English 33, all 115), each asking for its tokenizer workers' CPUs."""
+    rows = (REPO / "miracl_eval" / "data" / "reference" / "corpora.tsv").read_text().splitlines()
+    sizes = {c: int(n) for d, c, n, _ in (r.split("\t") for r in rows if r and not r.startswith(("#", "dataset")))
+             if d == "miracl"}  # fmt: skip
+    assert len(sizes) == 18 and sum(sizes.values()) == 106_332_152
+    cfg_path = _full_size(tmp_path, "miracl", sizes, dict.fromkeys(sizes, 100), **SCALE)
+    raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    write_config(tmp_path, {**raw, "methods": ["bge-m3/dense"]})  # a smaller DAG, the same encoding jobs
+    cfg = load_config(cfg_path)
+    jobs = dry_run_jobs(snakemake(tmp_path, cfg_path, "results/miracl_ndcg.tsv", args=("-n", "--cores", "16")).stdout)
+    encode = [j for j in jobs if j["rule"] == "encode_corpus_dense_sparse"]
+    per_corpus = {c: sum(1 for j in encode if j["wildcards"]["corpus"] == c) for c in sizes}
+    assert per_corpus["en"] == 33 <= 40 and len(encode) == 115 <= 150
+    for job in encode:
+        assert job["threads"] == 8 and job["resources"]["gpu"] == "1", job
+        assert int(job["resources"]["mem_mb"]) < 32_000, job
+        passages = block_rows(job["wildcards"]["block"], sizes[job["wildcards"]["corpus"]], 100_000)
+        assert int(job["resources"]["runtime"]) == costs.estimate(
+            "encode_corpus",
+            costs.Job(passages=passages, threads=8, gpu=True, checkpoint_mb=2_270.0),
+            costs.Settings.from_config(cfg),
+        ).runtime

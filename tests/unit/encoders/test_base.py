@@ -8,7 +8,8 @@ import torch
 
 from miracl_eval.encoders import base
 from miracl_eval.encoders.registry import get_family
-from miracl_eval.errors import InputError
+from miracl_eval.errors import InputError, MiraclEvalError
+from miracl_eval.jobs import devices
 from tests.helpers import copy_checkpoint, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,18 +24,58 @@ def _load(kind: str, folder, **settings):
 def test_device_and_dtype_resolution(monkeypatch):
     cpu = torch.device("cpu")
     assert base.resolve_dtype("auto", cpu) == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     assert base.resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16  # no GPU needed to decide
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    assert base.resolve_dtype("auto", torch.device("cuda")) == torch.float16  # a GPU without native bf16
     assert base.resolve_dtype("fp16", cpu) == torch.float16
     with pytest.raises(Exception, match="unknown dtype 'int8'"):
         base.resolve_dtype("int8", cpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv(devices.LEASE_ENV, raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert base.resolve_device("auto") == cpu
-    with pytest.raises(Exception, match="CUDA is not available"):
+    with pytest.raises(Exception, match="CUDA is not usable here"):
         base.resolve_device("cuda")
     with pytest.raises(Exception, match="unknown device 'tpu0'"):
         base.resolve_device("tpu0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert base.resolve_device("auto") == torch.device("cuda")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {devices.LEASE_ENV: "1", "CUDA_VISIBLE_DEVICES": "1"},  # leased by lease_gpus
+        {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"},  # given by SLURM
+    ],
+    ids=["lease", "slurm"],
+)
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_a_job_holding_a_gpu_never_falls_back_to_the_cpu(monkeypatch, env, device):
+    for name in (devices.LEASE_ENV, "SLURM_JOB_ID", *devices.SLURM_GPU_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices, "driver_version", lambda: "470.57.02")
+    monkeypatch.setattr(base, "driver_version", lambda: "470.57.02")
+    with pytest.raises(MiraclEvalError) as err:
+        base.resolve_device(device)
+    message = str(err.value)
+    held = env.get(devices.LEASE_ENV) or env["CUDA_VISIBLE_DEVICES"]
+    for part in (f"encoder.device '{device}'", f"holds GPU(s) {held}", f"torch {torch.__version__}", "470.57.02",
+                 "Install a torch build", "encoder.device: cpu"):  # fmt: skip
+        assert part in message, (part, message)
+    assert ("a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}") in message
+    # without a GPU of its own, auto is the CPU on purpose, and cuda still says why it cannot run
+    for name in env:
+        monkeypatch.delenv(name)
+    if device == "auto":
+        assert base.resolve_device("auto") == torch.device("cpu")
+    else:
+        with pytest.raises(MiraclEvalError, match="no GPU was given to this job"):
+            base.resolve_device("cuda")
 
 
 @pytest.mark.parametrize("kind", ["bge-m3", "bert", "decoder", "mlm"])
@@ -73,14 +114,14 @@ def test_large_inputs_are_encoded_in_chunks(tiny_checkpoints, monkeypatch):
     texts = sample_passages(per_lang=4)
     whole = enc.encode(texts, "passage", batch_size=3)
     sizes: list[int] = []
-    real = base.TransformerEncoder.tokenize
+    real = base.TransformerEncoder.pad
 
-    def counting(self, chunk, max_length):
-        sizes.append(len(chunk))
-        return real(self, chunk, max_length)
+    def counting(self, lists):  # one call per window of texts tokenized together
+        sizes.append(len(lists))
+        return real(self, lists)
 
     monkeypatch.setattr(base, "chunk_rows", lambda batch_size: 7)
-    monkeypatch.setattr(base.TransformerEncoder, "tokenize", counting)
+    monkeypatch.setattr(base.TransformerEncoder, "pad", counting)
     chunked = enc.encode(texts, "passage", batch_size=3)
     assert sizes == [7] * (len(texts) // 7) + ([len(texts) % 7] if len(texts) % 7 else [])
     np.testing.assert_allclose(chunked.dense, whole.dense, atol=1e-6)  # type: ignore[arg-type]

@@ -153,19 +153,19 @@ def test_corpus_shard_missing_column(tiny_checkpoints, tmp_path):
 def test_corpus_shard_is_atomic(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch, family):
     out = tmp_path / "out"
     calls = {"n": 0}
-    real = base.TransformerEncoder.encode
+    real = base.TransformerEncoder.run_batch
 
-    def failing(self, *args, **kwargs):
+    def failing(self, *args, **kwargs):  # the forward pass, in the pipeline's model thread
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("simulated failure mid-shard")
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(base, "chunk_rows", lambda batch_size: 8)
-    monkeypatch.setattr(base.TransformerEncoder, "encode", failing)
+    monkeypatch.setattr(base.TransformerEncoder, "run_batch", failing)
     with pytest.raises(RuntimeError, match="simulated"):
         encode_corpus_shard(corpus_parquet, 0, 40, _outputs(family, out), _spec(tiny_checkpoints, family), 4, "cpu")
-    assert calls["n"] == 3  # two chunks were written before the failure
+    assert calls["n"] == 3  # the first window was written before the failure (windows of 8, batches of 4)
     assert list(out.iterdir()) == []  # no output and no temporary file
 
 

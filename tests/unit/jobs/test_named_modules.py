@@ -28,7 +28,7 @@ def test_the_scripts_name_their_preloaded_stages():
     assert {script for script, _, _ in _calls()} == {
         f"{name}.py"
         for name in (
-            "encode_corpus_shard", "encode_queries", "rerank_components", "union_components", "fuse", "hybrid",
+            "encode_corpus_block", "encode_queries", "fetch_model", "rerank_components", "union_components", "fuse", "hybrid",
             "dense_index", "dense_search", "preprocess_corpus", "preprocess_topics", "evaluate", "judged_not_in_corpus",
         )
     }  # fmt: skip

@@ -1,0 +1,289 @@
+"""The host side of encoding, arranged so that a GPU never waits for it.
+
+Three kinds of threads work on a stream of *windows* (chunks of texts, each with a key the caller
+gets back):
+
+* the **planner** (one thread) prepares each window's texts, has them tokenized by
+  ``workers`` tokenizer threads (the fast tokenizers release the GIL, so they run in parallel on
+  as many cores), sorts the window's texts by length and cuts them into batches by a *token
+  budget*: a batch holds as many of the longest remaining texts as fit ``token_budget`` padded
+  tokens (at most ``max_rows``), so short queries come in large batches and 8,000-token passages
+  in small ones. On CUDA it also pins each batch's ids. It runs ahead of the model by a bounded
+  number of batches, across window boundaries;
+* the **model thread** moves each batch to the device, runs the family's forward pass and starts
+  the copy of its outputs back to pinned host memory, then goes on with the next batch: it never
+  waits for a window to be finished or written;
+* the **caller's thread** takes the batches' outputs, turns them into arrays and per-text rows
+  (BGE-M3's lexical weights, vectorised), places them in their window's input order, and gets each
+  window back as soon as its last batch is done, to write it (Parquet) while the model runs on.
+
+An error in any thread stops the others and is raised in the caller's thread. The outputs do not
+depend on the budget, the row cap or the number of workers beyond float rounding of batch shapes
+(the same token ids, the same texts in the same order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # the module is imported with the encoders, which import torch anyway
+    from miracl_eval.encoders.base import Role, TransformerEncoder
+
+K = TypeVar("K")
+
+#: texts tokenized per call of a tokenizer thread (bounds the tokenizer's own peak memory)
+TOKENIZE_SLICE = 256
+#: batches the planner may be ahead of the model; batches whose outputs may wait for the caller
+PLANNED_AHEAD, DONE_AHEAD = 64, 8
+#: seconds between checks for a stopped pipeline while a queue is full or empty
+_POLL = 0.1
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """How texts are batched and tokenized (documented in the config schema's ``encoder`` section)."""
+
+    #: padded tokens per batch: rows x the longest row's tokens
+    token_budget: int = 32768
+    #: texts per batch at most
+    max_rows: int = 256
+    #: tokenizer threads
+    workers: int = 1
+    #: texts tokenized, sorted and batched together (a window; the caller's chunks are cut to it)
+    window: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("token_budget", "max_rows", "workers", "window"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[np.ndarray]:
+    """The batches of a window: positions, longest texts first (stable), each batch as many rows as
+    fit ``token_budget`` padded tokens (at least one, at most ``max_rows``)."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    batches = []
+    start = 0
+    while start < len(order):
+        width = max(1, int(lengths[order[start]]))
+        rows = max(1, min(max_rows, token_budget // width))
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
+
+
+@dataclass
+class _Window(Generic[K]):
+    key: K
+    size: int
+
+
+@dataclass
+class _End:
+    pass
+
+
+@dataclass
+class _Failed:
+    error: BaseException
+
+
+class _Stopped(Exception):
+    """The pipeline was stopped: a thread leaves quietly."""
+
+
+class _Pipeline:
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+
+    def put(self, q: queue.Queue, item: Any) -> None:
+        while True:
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                q.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def get(self, q: queue.Queue) -> Any:
+        while True:
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+
+
+def _window_source(chunks: Iterable[tuple[K, Sequence[str]]], window: int) -> Iterator[tuple[K, Sequence[str], bool]]:
+    """The caller's chunks cut to at most ``window`` texts: (key, texts, last piece of its chunk)."""
+    for key, texts in chunks:
+        if len(texts) == 0:
+            yield key, texts, True
+        for start in range(0, len(texts), window):
+            yield key, texts[start : start + window], start + window >= len(texts)
+
+
+def encode_stream(
+    encoder: TransformerEncoder,
+    chunks: Iterable[tuple[K, Sequence[str]]],
+    role: Role,
+    kinds: Sequence[str],
+    settings: HostSettings,
+) -> Iterator[tuple[K, dict[str, Any]]]:
+    """Encode the texts of each ``(key, texts)`` chunk as ``role``; yields ``(key, outputs)`` in
+    chunk order, ``outputs`` as :meth:`TransformerEncoder.encode_outputs` gives them (a float32 array
+    for dense, a list per text otherwise). ``chunks`` is read in the planner thread, so reading and
+    checking input happens there too (its errors reach the caller)."""
+    from miracl_eval.encoders.base import DENSE
+
+    max_length = encoder.max_length(role)
+    cut = max_length - len(encoder.suffix_ids)
+    encoder.prime_tokenizer(cut)  # the one-time probe of the tokenizer's fast path, before threads share it
+    cuda = encoder.device.type == "cuda"
+    pipe = _Pipeline()
+    planned: queue.Queue = queue.Queue(PLANNED_AHEAD)
+    done: queue.Queue = queue.Queue(DONE_AHEAD)
+
+    def plan() -> None:
+        import torch
+
+        try:
+            with ThreadPoolExecutor(settings.workers, thread_name_prefix="tokenize") as pool:
+                for key, texts, last in _window_source(chunks, settings.window):
+                    prepared = encoder.prepare(texts, role)
+                    slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
+                    lists = [ids for part in pool.map(lambda s: encoder.token_ids(s, cut), slices) for ids in part]
+                    ids, lengths = encoder.pad(lists)
+                    pipe.put(planned, _Window(key, len(prepared)))
+                    for pos in plan_batches(lengths, settings.token_budget, settings.max_rows):
+                        blen = lengths[pos]
+                        bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
+                        pipe.put(planned, (pos, bids.pin_memory() if cuda else bids, blen))
+                    if last:
+                        pipe.put(planned, _End())
+            pipe.put(planned, None)
+        except _Stopped:
+            return
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            pipe.stop.set()
+            _hand_over(done, _Failed(err))
+
+    def run_model() -> None:
+        import torch
+
+        try:
+            with torch.inference_mode():
+                while True:
+                    item = pipe.get(planned)
+                    if item is None or isinstance(item, (_Window, _End)):
+                        pipe.put(done, item)
+                        if item is None:
+                            return
+                        continue
+                    pos, bids, blen = item
+                    batch = encoder.run_batch(pos, bids, blen, kinds)
+                    encoder.start_host_copy(batch)
+                    pipe.put(done, batch)
+        except _Stopped:
+            return
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            pipe.stop.set()
+            _hand_over(done, _Failed(err))
+
+    threads = [
+        threading.Thread(target=plan, name="encode-planner", daemon=True),
+        threading.Thread(target=run_model, name="encode-model", daemon=True),
+    ]
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism: no pool of the library's own
+    for thread in threads:
+        thread.start()
+    try:
+        pieces: dict[str, list[Any]] = {kind: [] for kind in kinds}
+        out: dict[str, Any] = {}
+        key: Any = None
+        size = filled = 0
+        while True:
+            item = _take(done, threads[1])
+            if isinstance(item, _Failed):
+                raise item.error
+            if item is None:
+                return
+            if isinstance(item, _Window):
+                key, size, filled = item.key, item.size, 0
+                out = {kind: np.zeros((size, encoder.dim or 0), dtype=np.float32) if kind == DENSE else [None] * size
+                       for kind in kinds}  # fmt: skip
+            elif isinstance(item, _End):
+                yield key, _joined(pieces, kinds, encoder.dim)
+                pieces = {kind: [] for kind in kinds}
+                continue
+            else:
+                item.wait()
+                for kind in kinds:
+                    if kind == DENSE:
+                        out[kind][item.positions] = item.tensors[kind].cpu().numpy()
+                    else:
+                        for p, row in zip(item.positions, encoder.rows(kind, item), strict=True):
+                            out[kind][p] = row
+                filled += len(item.positions)
+            if filled == size:  # the window is complete (an empty one at once)
+                for kind in kinds:
+                    pieces[kind].append(out[kind])
+                size = -1
+    finally:
+        pipe.stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def _hand_over(q: queue.Queue, item: Any) -> None:
+    """Put an error for the caller even when the queue is full (dropping what it holds)."""
+    while True:
+        try:
+            q.put_nowait(item)
+            return
+        except queue.Full:
+            with contextlib.suppress(queue.Empty):
+                q.get_nowait()
+
+
+def _take(q: queue.Queue, model_thread: threading.Thread) -> Any:
+    """The next item for the caller; the model thread puts the last one (or an error) before it ends."""
+    while True:
+        try:
+            return q.get(timeout=_POLL)
+        except queue.Empty:
+            if not model_thread.is_alive() and q.empty():
+                raise RuntimeError("the encoding pipeline stopped without a result") from None
+
+
+def _joined(pieces: dict[str, list[Any]], kinds: Sequence[str], dim: int | None) -> dict[str, Any]:
+    from miracl_eval.encoders.base import DENSE
+
+    joined: dict[str, Any] = {}
+    for kind in kinds:
+        if kind == DENSE:
+            parts = pieces[kind]
+            joined[kind] = np.concatenate(parts) if parts else np.zeros((0, dim or 0), dtype=np.float32)
+        else:
+            joined[kind] = [row for part in pieces[kind] for row in part]
+    return joined
+
+
+def collect(
+    encoder: TransformerEncoder, texts: Sequence[str], role: Role, kinds: Sequence[str], settings: HostSettings
+) -> dict[str, Any]:
+    """The outputs of one list of texts (:func:`encode_stream` over a single chunk)."""
+    for _, outputs in encode_stream(encoder, [(None, texts)], role, kinds, settings):
+        return outputs
+    raise AssertionError("unreachable: one chunk gives one result")

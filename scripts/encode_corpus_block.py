@@ -1,0 +1,38 @@
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
+
+from miracl_eval.jobs.preload import Call, plain
+from miracl_eval.jobs.runner import run_stage
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+p = sm.params
+enc = sm.config["encoder"]
+run_stage(
+    sm,
+    Call(
+        "miracl_eval.encoders.encode",
+        "encode_corpus_block",
+        plain(
+            (
+                sm.input.corpus,
+                sm.wildcards.block,
+                p.shard_size,
+                p.shard_files,
+                sm.output[0],
+                p.spec,
+                enc["batch_size"],
+            )
+        ),
+        plain(
+            dict(
+                device=p.device,
+                dtype=p.dtype,
+                dense_dtype=p.dense_dtype,
+                token_budget=enc["token_budget"],
+                tokenizer_workers=enc["tokenizer_workers"] if sm.resources.get("gpu", 0) else 1,
+            )
+        ),
+    ),
+    preload=sm.config["preload"],
+)

@@ -1,0 +1,130 @@
+"""Block encoding jobs: one model load for a block's shards, shards already done skipped, and the
+blocks that a later stage reads."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from miracl_eval import shards
+from miracl_eval.encoders import blocks, encode
+from miracl_eval.encoders.encode import encode_corpus_block, encode_corpus_shard
+from miracl_eval.encoders.registry import get_family
+from tests.unit.encoders.test_encode import corpus_parquet  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+SHARD = 20  # the fixture's 72 passages: shards 0-3 (the last of 12)
+
+
+def test_names_tilings_and_covering_blocks() -> None:
+    assert shards.tiling(4, 3) == ["00000-00002", "00003-00003"]
+    assert shards.tiling(0, 3) == ["00000-00000"]  # an empty corpus still has its one (empty) shard
+    assert shards.block_shards("00010-00019") == range(10, 20)
+    with pytest.raises(ValueError, match="not a block name"):
+        shards.block_shards("00019-00010")
+    assert shards.shards_per_block(1_000_000, 60) == 16_666 and shards.shards_per_block(10, 60) == 1
+    assert shards.block_rows("00003-00003", 72, SHARD) == 12 and shards.block_rows("00000-00001", 72, SHARD) == 40
+    # written blocks that tile the corpus are kept, whatever block size wrote them; the longer first
+    assert shards.covering_blocks(["00000-00001", "00002-00003", "00000-00000"], 4, 1) == ["00000-00001", "00002-00003"]
+    # a gap (or blocks beyond the corpus) falls back to the configured tiling
+    assert shards.covering_blocks(["00000-00001"], 4, 3) == ["00000-00002", "00003-00003"]
+    assert shards.covering_blocks(["00000-00009"], 4, 4) == ["00000-00003"]
+    assert shards.covering_blocks(["junk", "00000-00003"], 4, 1) == ["00000-00003"]
+
+
+def _spec(tiny_checkpoints, **settings) -> dict:
+    fam = get_family("bge-m3")
+    return fam.resolve({"checkpoint": str(tiny_checkpoints("bge-m3")), "passage_max_length": 48, **settings})
+
+
+def _pattern(folder: Path) -> dict[str, str]:
+    return {kind: str(folder / kind / "{shard}.parquet") for kind in ("dense", "sparse")}
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*.parquet"))}
+
+
+def _block(corpus, folder, spec, block="00000-00003", **kw):
+    return encode_corpus_block(corpus, block, SHARD, _pattern(folder), folder / f"{block}.json", spec, 8, "cpu", **kw)
+
+
+def test_a_block_encodes_its_shards_as_shard_jobs_do_and_loads_its_model_once(
+    tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch  # noqa: F811
+) -> None:
+    spec = _spec(tiny_checkpoints)
+    loads = []
+    real = encode._load_encoder
+    monkeypatch.setattr(encode, "_load_encoder", lambda *a, **k: loads.append(1) or real(*a, **k))
+    result = _block(corpus_parquet, tmp_path / "block", spec)
+    assert loads == [1] and result["encoded_shards"] == 4 and result["passages_encoded"] == 72
+    manifest = json.loads((tmp_path / "block" / "00000-00003.json").read_text())
+    assert [s["rows"] for s in manifest["shards"]] == [20, 20, 20, 12] and manifest["dim"] == 32
+    for shard in range(4):
+        alone = {k: tmp_path / "alone" / f"{shard}-{k}.parquet" for k in ("dense", "sparse")}
+        encode_corpus_shard(corpus_parquet, shard, SHARD, alone, spec, 8, "cpu")
+        for kind in ("dense", "sparse"):
+            got = pq.read_table(tmp_path / "block" / kind / f"{shard:05d}.parquet")
+            assert got.equals(pq.read_table(alone[kind])), (shard, kind)
+            assert got.schema.metadata[blocks.FINGERPRINT_KEY] == manifest["fingerprint"].encode()
+
+
+def test_done_shards_are_skipped_and_settings_re_encode(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch) -> None:  # noqa: F811
+    folder = tmp_path / "block"
+    spec = _spec(tiny_checkpoints)
+    _block(corpus_parquet, folder, spec)
+    before = _mtimes(folder)
+    # everything done: no model is loaded, nothing is rewritten but the manifest
+    monkeypatch.setattr(encode, "_load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+    result = _block(corpus_parquet, folder, spec, token_budget=64, tokenizer_workers=2)  # throughput settings
+    assert result["encoded_shards"] == 0 and _mtimes(folder) == before and result["dim"] == 32
+    # other blocks over the same shards (a new block size) encode nothing either
+    for block in ("00000-00001", "00002-00003"):
+        assert _block(corpus_parquet, folder, spec, block=block)["encoded_shards"] == 0
+    monkeypatch.undo()
+    # a lost shard file (one kind): only that shard is encoded again
+    (folder / "sparse" / "00002.parquet").unlink()
+    assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 1
+    after = _mtimes(folder)
+    assert {k for k in after if after[k] != before.get(k)} == {"dense/00002.parquet", "sparse/00002.parquet"}
+    # a setting that changes the encodings re-encodes every shard
+    assert _block(corpus_parquet, folder, _spec(tiny_checkpoints, passage_max_length=40))["encoded_shards"] == 4
+    # so does a corpus newer than the shards
+    spec40 = _spec(tiny_checkpoints, passage_max_length=40)
+    os.utime(corpus_parquet)
+    try:
+        assert _block(corpus_parquet, folder, spec40)["encoded_shards"] == 4
+    finally:
+        os.utime(corpus_parquet, (0, 0))  # the module's fixture: older than any shard again
+
+
+def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch) -> None:  # noqa: F811
+    folder = tmp_path / "block"
+    spec = _spec(tiny_checkpoints)
+    real = encode._encode_shard
+
+    def dies_at_shard_2(encoder, corpus, shard, *args, **kwargs):
+        if shard == 2:
+            raise KeyboardInterrupt  # as a job killed mid-shard
+        return real(encoder, corpus, shard, *args, **kwargs)
+
+    monkeypatch.setattr(encode, "_encode_shard", dies_at_shard_2)
+    with pytest.raises(KeyboardInterrupt):
+        _block(corpus_parquet, folder, spec)
+    finished = _mtimes(folder)
+    assert sorted(finished) == ["dense/00000.parquet", "dense/00001.parquet", "sparse/00000.parquet", "sparse/00001.parquet"]
+    assert not (folder / "00000-00003.json").exists()  # no manifest: the block is not done
+    monkeypatch.undo()
+    assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 2
+    manifest = json.loads((folder / "00000-00003.json").read_text())
+    assert [s["encoded"] for s in manifest["shards"]] == [False, False, True, True]
+    assert {k: v for k, v in _mtimes(folder).items() if k in finished} == finished
+
+
+def test_a_block_beyond_the_corpus(tiny_checkpoints, corpus_parquet, tmp_path) -> None:  # noqa: F811
+    with pytest.raises(ValueError, match="block 00003-00004 is out of range"):
+        _block(corpus_parquet, tmp_path, _spec(tiny_checkpoints), block="00003-00004")
