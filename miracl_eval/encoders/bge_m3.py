@@ -119,15 +119,18 @@ class BgeM3Encoder(TransformerEncoder):
         valid = (np.arange(width)[None, :] < batch.lengths[:, None]) & (weights > 0)
         valid &= ~np.isin(ids, self.unused_token_ids)
         rows, cols = np.nonzero(valid)
-        key = (rows.astype(np.int64) << 32) | ids[rows, cols]
+        key = (rows.astype(np.int64) << 32) | ids[rows, cols]  # (row, token): sorted, rows in order
         w = weights[rows, cols]
-        order = np.lexsort((w, key))  # by key, then weight ascending: a key's last entry is its max
+        order = np.argsort(key, kind="stable")
         key, w = key[order], w[order]
-        last = np.ones(len(key), dtype=bool)
-        last[:-1] = key[1:] != key[:-1]
-        key, w = key[last], w[last]
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        w = np.maximum.reduceat(w, starts) if len(w) else w  # the maximum over a token's repeats
+        key = key[starts]
         tokens = (key & 0xFFFFFFFF).astype(np.int32)
-        bounds = np.searchsorted(key >> 32, np.arange(n + 1))
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(key >> 32, minlength=n), out=bounds[1:])
         return [(tokens[bounds[i] : bounds[i + 1]], w[bounds[i] : bounds[i + 1]]) for i in range(n)]
 
     def encode_multivec(self, texts: Sequence[str], role: Role, batch_size: int) -> list[np.ndarray]:
