@@ -63,7 +63,6 @@ rule rerank_components:
         depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
         spec=encoder_spec(),
-        batch_size=ENC["batch_size"],
         device=ENC["device"],
         dtype=ENC["dtype"],
     script:

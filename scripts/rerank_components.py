@@ -20,7 +20,15 @@ run_stage(
         "miracl_eval.fusion.components",
         "rerank_components_stage",
         plain((i.dense_run, p.depth, i.queries, p.chunk_size, int(sm.wildcards.chunk), scored)),
-        plain(dict(spec=p.spec, corpus=i.corpus, batch_size=p.batch_size, device=p.device, dtype=p.dtype)),
+        plain(
+            dict(
+                spec=p.spec,
+                corpus=i.corpus,
+                batch_size=sm.config["encoder"]["batch_size"],
+                device=p.device,
+                dtype=p.dtype,
+            )
+        ),
     ),
     preload=sm.config["preload"],
 )
