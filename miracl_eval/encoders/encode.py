@@ -200,8 +200,9 @@ def _write_encoded(
 
     rows = 0
     started = time.perf_counter()
+    timings = pipeline.Timings()
     with _AllOrNone(kinds) as out, _progress(total, desc) as bar:
-        for ids, encoded in pipeline.encode_stream(encoder, chunks(), role, encoder.outputs, host):
+        for ids, encoded in pipeline.encode_stream(encoder, chunks(), role, encoder.outputs, host, timings):
             for kind, writer in out.writers.items():
                 if kind == DENSE:
                     assert encoder.dim is not None
@@ -217,11 +218,18 @@ def _write_encoded(
             rows += len(ids)
             bar.update(len(ids))
     seconds = time.perf_counter() - started
+    busy = timings.per_text_ms()
+    log.info(
+        "%s: %d texts in %d batches; busy per text: tokenize %.3f ms (over %d worker(s)), plan %.3f ms, "
+        "model %.3f ms, assemble and write %.3f ms",
+        desc, rows, timings.batches, busy["tokenize"], host.workers, busy["plan"], busy["model"], busy["caller"],
+    )  # fmt: skip
     return {
         "rows": rows,
         "dim": encoder.dim,
         "seconds": round(seconds, 3),
         "passages_per_s": round(rows / seconds, 2) if seconds > 0 else float("inf"),
+        "busy_ms_per_text": {k: round(v, 4) for k, v in busy.items()},
     }
 
 

@@ -28,9 +28,10 @@ import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
@@ -65,6 +66,30 @@ class HostSettings:
         for name in ("token_budget", "max_rows", "workers", "window"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+@dataclass
+class Timings:
+    """Seconds each part of the pipeline was busy (for benchmarks and the job's log): tokenizing (summed
+    over the workers), the planner's other work (preparing, padding, batching, pinning), the model
+    thread's, and the caller's (placing outputs, and whatever it does with a window before it asks for
+    the next, such as writing it)."""
+
+    tokenize: float = 0.0
+    plan: float = 0.0
+    model: float = 0.0
+    caller: float = 0.0
+    texts: int = 0
+    batches: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_tokenize(self, seconds: float) -> None:
+        with self._lock:
+            self.tokenize += seconds
+
+    def per_text_ms(self) -> dict[str, float]:
+        n = max(1, self.texts)
+        return {k: 1000 * getattr(self, k) / n for k in ("tokenize", "plan", "model", "caller")}
 
 
 def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[np.ndarray]:
@@ -140,18 +165,27 @@ def encode_stream(
     role: Role,
     kinds: Sequence[str],
     settings: HostSettings,
+    timings: Timings | None = None,
 ) -> Iterator[tuple[K, dict[str, Any]]]:
     """Encode the texts of each ``(key, texts)`` chunk as ``role``; yields ``(key, outputs)`` in
     chunk order, ``outputs`` as :meth:`TransformerEncoder.encode_outputs` gives them (a float32 array
     for dense, a list per text otherwise). ``chunks`` is read in the planner thread, so reading and
-    checking input happens there too (its errors reach the caller)."""
+    checking input happens there too (its errors reach the caller). ``timings``: filled in as it runs."""
     from miracl_eval.encoders.base import DENSE
 
     max_length = encoder.max_length(role)
     cut = max_length - len(encoder.suffix_ids)
     encoder.prime_tokenizer(cut)  # the one-time probe of the tokenizer's fast path, before threads share it
     cuda = encoder.device.type == "cuda"
+    clock = Timings() if timings is None else timings
     pipe = _Pipeline()
+
+    def tokenize(texts: list[str]) -> list[list[int]]:
+        started = time.perf_counter()
+        ids = encoder.token_ids(texts, cut)
+        clock.add_tokenize(time.perf_counter() - started)
+        return ids
+
     planned: queue.Queue = queue.Queue(PLANNED_AHEAD)
     done: queue.Queue = queue.Queue(DONE_AHEAD)
 
@@ -161,15 +195,26 @@ def encode_stream(
         try:
             with ThreadPoolExecutor(settings.workers, thread_name_prefix="tokenize") as pool:
                 for key, texts, last in _window_source(chunks, settings.window):
+                    started = time.perf_counter()
                     prepared = encoder.prepare(texts, role)
                     slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
-                    lists = [ids for part in pool.map(lambda s: encoder.token_ids(s, cut), slices) for ids in part]
+                    tokenizing = time.perf_counter()
+                    lists = [ids for part in pool.map(tokenize, slices) for ids in part]
+                    busy = time.perf_counter() - tokenizing
                     ids, lengths = encoder.pad(lists)
-                    pipe.put(planned, _Window(key, len(prepared)))
-                    for pos in plan_batches(lengths, settings.token_budget, settings.max_rows):
-                        blen = lengths[pos]
+                    window = [
+                        (pos, lengths[pos]) for pos in plan_batches(lengths, settings.token_budget, settings.max_rows)
+                    ]
+                    batches = []
+                    for pos, blen in window:
                         bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
-                        pipe.put(planned, (pos, bids.pin_memory() if cuda else bids, blen))
+                        batches.append((pos, bids.pin_memory() if cuda else bids, blen))
+                    clock.plan += time.perf_counter() - started - busy
+                    clock.texts += len(prepared)
+                    clock.batches += len(batches)
+                    pipe.put(planned, _Window(key, len(prepared)))
+                    for batch in batches:
+                        pipe.put(planned, batch)
                     if last:
                         pipe.put(planned, _End())
             pipe.put(planned, None)
@@ -192,8 +237,10 @@ def encode_stream(
                             return
                         continue
                     pos, bids, blen = item
+                    started = time.perf_counter()
                     batch = encoder.run_batch(pos, bids, blen, kinds)
                     encoder.start_host_copy(batch)
+                    clock.model += time.perf_counter() - started
                     pipe.put(done, batch)
         except _Stopped:
             return
@@ -215,6 +262,7 @@ def encode_stream(
         size = filled = 0
         while True:
             item = _take(done, threads[1])
+            started = time.perf_counter()
             if isinstance(item, _Failed):
                 raise item.error
             if item is None:
@@ -224,7 +272,11 @@ def encode_stream(
                 out = {kind: np.zeros((size, encoder.dim or 0), dtype=np.float32) if kind == DENSE else [None] * size
                        for kind in kinds}  # fmt: skip
             elif isinstance(item, _End):
-                yield key, _joined(pieces, kinds, encoder.dim)
+                joined = _joined(pieces, kinds, encoder.dim)
+                clock.caller += time.perf_counter() - started
+                handed = time.perf_counter()
+                yield key, joined
+                clock.caller += time.perf_counter() - handed  # the caller's own work on the window
                 pieces = {kind: [] for kind in kinds}
                 continue
             else:
@@ -240,6 +292,7 @@ def encode_stream(
                 for kind in kinds:
                     pieces[kind].append(out[kind])
                 size = -1
+            clock.caller += time.perf_counter() - started
     finally:
         pipe.stop.set()
         for thread in threads:
