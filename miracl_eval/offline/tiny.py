@@ -224,6 +224,7 @@ def build_tiny_checkpoint(
     initializer_range: float = 0.5,
     positive_share: float | None = None,
     bias_sample: int = 256,
+    tokenizer_from: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Build a random checkpoint of ``kind`` (see the module) in ``out_dir`` (atomically) and return its path.
 
@@ -232,6 +233,8 @@ def build_tiny_checkpoint(
     reserved positions, so XLM-R inputs may have up to ``max_position - 2`` tokens. The bias of
     ``bge-m3``'s sparse head and of ``mlm``'s output is fitted on the first ``bias_sample``
     texts (truncated to 128 tokens) to ``positive_share`` (default 0.4 and 0.05).
+    ``tokenizer_from``: a folder whose tokenizer the checkpoint gets instead of one trained on
+    ``texts`` (e.g. XLM-R's, from me5-small); the vocabulary size is then that tokenizer's.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown checkpoint kind {kind!r}; valid: {', '.join(KINDS)}")
@@ -247,7 +250,13 @@ def build_tiny_checkpoint(
     if not 0.0 < share < 1.0:
         raise ValueError("positive_share must lie strictly between 0 and 1")
 
-    tokenizer = _train_tokenizer(texts, vocab_size, max_position - style.position_offset, style)
+    if tokenizer_from is None:
+        tokenizer = _train_tokenizer(texts, vocab_size, max_position - style.position_offset, style)
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+        vocab_size = len(tokenizer)
     sizes = (vocab_size, hidden, layers, heads, intermediate, max_position, initializer_range)
     heads_out: dict[str, torch.nn.Linear] = {}
     with torch.random.fork_rng(devices=[]):

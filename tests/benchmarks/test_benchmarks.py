@@ -5,7 +5,9 @@ A GPU lease is rare and short: a script that broke since the last one would wast
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +23,49 @@ def _run(*args: str) -> str:
     return proc.stdout
 
 
-def test_gpu_checks_on_the_cpu():
+def test_the_device_session_runs_with_the_image_packages_only(tmp_path, me5_small):
+    """The whole GPU session, on the CPU, importing only what the device image has and the wheels that
+    fetch_wheels.sh carries: the checks pass (GPU Faiss skipped: the image has no faiss), the host
+    side and the encoder speed print their figures with XLM-R's tokenizer (me5-small's)."""
     pytest.importorskip("FlagEmbedding")
-    out = _run("benchmarks/gpu_checks.py", "--device", "cpu")
-    assert len(re.findall(r"^PASS ", out, re.M)) == 7, out
-    assert "FAIL" not in out and out.rstrip().endswith("all checks passed")
+    tokenizer = tmp_path / "xlmr-tokenizer"
+    tokenizer.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(me5_small / name, tokenizer / name)
+    out = tmp_path / "out"
+    env = {
+        **os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "CONFIG": "tiny", "N": "100", "ROUNDS": "1",
+        "IMAGE_CHECK": "1", "JOB_CPUS": "0", "TOKENIZER": str(tokenizer), "OUT": str(out), "WHEELS": str(tmp_path),
+    }  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "benchmarks/device_session.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    checks = (out / "gpu_checks.txt").read_text()
+    assert len(re.findall(r"^PASS ", checks, re.M)) == 7 and "FAIL" not in checks, checks
+    assert re.search(r"^SKIP Faiss.*No module named 'faiss' on the device image", checks, re.M), checks
+    host = (out / "host_speed.txt").read_text()
+    assert re.search(r"100 passages, 1\d\d XLM-R tokens on average", host), host
+    assert re.search(r"^new, 1 CPU, 6 worker\(s\)\s+\d+", host, re.M) and "projected host throughput" in host, host
+    speed = (out / "encode_speed.txt").read_text()
+    assert len(re.findall(r"sweep ours:\d+:\d+:\s+[\d.]+ passages/s", speed)) == 3, speed
+    assert re.search(r"throughput ratio ours/FlagEmbedding: [\d.]+x", speed), speed
+    assert (out / "summary.txt").read_text().strip() == "gpu_checks exit 0, host_speed exit 0, encode_speed exit 0"
+
+
+def test_the_image_check_refuses_what_the_image_lacks(tmp_path):
+    """What our code imports must be on the image or carried: jsonschema is carried, faiss is not."""
+    env = {**os.environ, "MIRACL_EVAL_IMAGE_CHECK": "1", "MIRACL_EVAL_CARRIED": "jsonschema",
+           "PYTHONPATH": str(REPO / "benchmarks" / "image")}  # fmt: skip
+    code = "import miracl_eval.encoders.registry as r; r.get_family('bge-m3').resolve({'checkpoint': 'x'}); import miracl_eval.faiss.index as i; i.load_faiss()"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "No module named 'faiss' on the device image" in proc.stderr, proc.stderr[-2000:]
+    env["MIRACL_EVAL_CARRIED"] = ""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert "No module named 'jsonschema' on the device image" in proc.stderr, proc.stderr[-2000:]
+    # the registry itself imports without it (its validator is imported where specs are checked)
+    proc = subprocess.run([sys.executable, "-c", "import miracl_eval.encoders.registry"], cwd=REPO, env=env)
+    assert proc.returncode == 0
 
 
 @pytest.mark.parametrize("family,reference", [("bge-m3", "FlagEmbedding"), ("dense", "sentence-transformers")])
