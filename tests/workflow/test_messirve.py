@@ -113,7 +113,7 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
     assert jobs("encode_corpus_dense_sparse") == 1, "203 paragraphs in one block, encoded once"
     assert jobs("encode_corpus_dense") == 1, "me5-small: the same block, encoded once"
     encoded = messirve_run / "resources" / "messirve" / "encoded"
-    for model, kind in (("bge-m3", "sparse"), ("me5-small", "dense")):
+    for model, kind in ((M3, "sparse"), ("me5-small", "dense")):
         assert sorted(p.name for p in (encoded / model / "corpus" / "eswiki" / kind).iterdir()) == [
             "00000.parquet", "00001.parquet", "00002.parquet",
         ], "shards of 100"  # fmt: skip

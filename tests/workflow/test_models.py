@@ -83,10 +83,12 @@ def test_every_model_and_method_has_its_row_and_tag(models_run: Path) -> None:
     for label in METHODS:
         trec = (models_run / "runs/miracl" / LANG / f"{label}.trec").read_text(encoding="utf-8").splitlines()
         assert trec and {line.split(" ")[5] for line in trec} == {label}
-    # each model's encodings under its own name
+    # each model's encodings under its own name (beside the manifests of its blocks)
     for model, kinds in (("bge-m3", {"dense", "sparse"}), ("cls-bert", {"dense"}), ("e5", {"dense"})):
-        assert {p.name for p in (models_run / "resources/miracl/encoded" / model / "corpus" / LANG).iterdir()} == kinds
-    assert {p.name for p in (models_run / "resources/miracl/encoded/splade/corpus" / LANG).iterdir()} == {"sparse"}
+        folder = models_run / "resources/miracl/encoded" / model / "corpus" / LANG
+        assert {p.name for p in folder.iterdir()} == {*kinds, "blocks"}
+    folder = models_run / "resources/miracl/encoded/splade/corpus" / LANG
+    assert {p.name for p in folder.iterdir()} == {"sparse", "blocks"}
 
 
 def test_rerun_has_nothing_to_do(models_run: Path) -> None:
