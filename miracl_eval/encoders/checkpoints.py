@@ -71,6 +71,7 @@ def fetch_checkpoint(repo_id: str, folder: PathLike, revision: str = "main") -> 
         raise hub_error(repo_id, err) from err
     return record
 
+
 _WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
