@@ -220,7 +220,7 @@ def _write_encoded(
     seconds = time.perf_counter() - started
     busy = timings.per_text_ms()
     log.info(
-        "%s: %d texts in %d batches; busy per text: tokenize %.3f ms (over %d worker(s)), plan %.3f ms, "
+        "%s: %d texts in %d batches; busy per text: tokenize %.3f ms (on %d thread(s)), plan %.3f ms, "
         "model %.3f ms, assemble and write %.3f ms",
         desc, rows, timings.batches, busy["tokenize"], host.workers, busy["plan"], busy["model"], busy["caller"],
     )  # fmt: skip

@@ -3,10 +3,11 @@
 Three kinds of threads work on a stream of *windows* (chunks of texts, each with a key the caller
 gets back):
 
-* the **planner** (one thread) prepares each window's texts, has them tokenized by
-  ``workers`` tokenizer threads (the fast tokenizers release the GIL, so they run in parallel on
-  as many cores), sorts the window's texts by length and cuts them into batches by a *token
-  budget*: a batch holds as many of the longest remaining texts as fit ``token_budget`` padded
+* the **planner** (one thread) prepares each window's texts and tokenizes them, slice by slice,
+  each slice on ``workers`` threads of the tokenizers library's own (Rust, without the GIL: its
+  ``TOKENIZERS_PARALLELISM`` and ``RAYON_NUM_THREADS``, set when the pipeline starts; Python threads
+  calling the tokenizer would contend for the GIL with the rest of the pipeline), sorts the window's
+  texts by length and cuts them into batches by a *token budget*: a batch holds as many of the longest remaining texts as fit ``token_budget`` padded
   tokens (at most ``max_rows``), so short queries come in large batches and 8,000-token passages
   in small ones. On CUDA it also pins each batch's ids. It runs ahead of the model by a bounded
   number of batches, across window boundaries;
@@ -30,7 +31,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -57,7 +57,7 @@ class HostSettings:
     token_budget: int = 32768
     #: texts per batch at most
     max_rows: int = 256
-    #: tokenizer threads
+    #: tokenizer threads (the tokenizers library's, per call)
     workers: int = 1
     #: texts tokenized, sorted and batched together (a window; the caller's chunks are cut to it)
     window: int = 4096
@@ -70,10 +70,10 @@ class HostSettings:
 
 @dataclass
 class Timings:
-    """Seconds each part of the pipeline was busy (for benchmarks and the job's log): tokenizing (summed
-    over the workers), the planner's other work (preparing, padding, batching, pinning), the model
-    thread's, and the caller's (placing outputs, and whatever it does with a window before it asks for
-    the next, such as writing it)."""
+    """Seconds each part of the pipeline was busy (for benchmarks and the job's log): tokenizing (the
+    wall time of the tokenizer's calls, each on ``workers`` threads), the planner's other work
+    (preparing, padding, batching, pinning), the model thread's, and the caller's (placing outputs,
+    and whatever it does with a window before it asks for the next, such as writing it)."""
 
     tokenize: float = 0.0
     plan: float = 0.0
@@ -193,30 +193,29 @@ def encode_stream(
         import torch
 
         try:
-            with ThreadPoolExecutor(settings.workers, thread_name_prefix="tokenize") as pool:
-                for key, texts, last in _window_source(chunks, settings.window):
-                    started = time.perf_counter()
-                    prepared = encoder.prepare(texts, role)
-                    slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
-                    tokenizing = time.perf_counter()
-                    lists = [ids for part in pool.map(tokenize, slices) for ids in part]
-                    busy = time.perf_counter() - tokenizing
-                    ids, lengths = encoder.pad(lists)
-                    window = [
-                        (pos, lengths[pos]) for pos in plan_batches(lengths, settings.token_budget, settings.max_rows)
-                    ]
-                    batches = []
-                    for pos, blen in window:
-                        bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
-                        batches.append((pos, bids.pin_memory() if cuda else bids, blen))
-                    clock.plan += time.perf_counter() - started - busy
-                    clock.texts += len(prepared)
-                    clock.batches += len(batches)
-                    pipe.put(planned, _Window(key, len(prepared)))
-                    for batch in batches:
-                        pipe.put(planned, batch)
-                    if last:
-                        pipe.put(planned, _End())
+            for key, texts, last in _window_source(chunks, settings.window):
+                started = time.perf_counter()
+                prepared = encoder.prepare(texts, role)
+                slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
+                tokenizing = time.perf_counter()
+                lists = [ids for part in slices for ids in tokenize(part)]
+                busy = time.perf_counter() - tokenizing
+                ids, lengths = encoder.pad(lists)
+                window = [
+                    (pos, lengths[pos]) for pos in plan_batches(lengths, settings.token_budget, settings.max_rows)
+                ]
+                batches = []
+                for pos, blen in window:
+                    bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
+                    batches.append((pos, bids.pin_memory() if cuda else bids, blen))
+                clock.plan += time.perf_counter() - started - busy
+                clock.texts += len(prepared)
+                clock.batches += len(batches)
+                pipe.put(planned, _Window(key, len(prepared)))
+                for batch in batches:
+                    pipe.put(planned, batch)
+                if last:
+                    pipe.put(planned, _End())
             pipe.put(planned, None)
         except _Stopped:
             return
@@ -252,7 +251,10 @@ def encode_stream(
         threading.Thread(target=plan, name="encode-planner", daemon=True),
         threading.Thread(target=run_model, name="encode-model", daemon=True),
     ]
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism: no pool of the library's own
+    # the tokenizer's threads: its pool is made at its first parallel call, of RAYON_NUM_THREADS threads
+    # (a value set before, by the user or an earlier call in this process, stays)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if settings.workers > 1 else "false"
+    os.environ.setdefault("RAYON_NUM_THREADS", str(settings.workers))
     for thread in threads:
         thread.start()
     try:

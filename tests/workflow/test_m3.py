@@ -82,7 +82,9 @@ def test_a_new_block_size_applies_to_a_corpus_not_yet_encoded(m3_run: Path, tmp_
     path = write_config(tmp_path, cfg)
     snakemake(tmp_path, path, "--until", "preprocess_corpus", "preprocess_topics")  # the corpus sizes are known
     proc = snakemake(tmp_path, path, "results/miracl_ndcg.tsv", args=("-n",))
-    blocks = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "blocks/" in line and "output:" in line}
+    blocks = {
+        line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "blocks/" in line and "output:" in line
+    }
     # 160 and 161 passages in shards of 60 (3 each): blocks of two shards and of one, per language
     assert {b.rsplit("/", 1)[1] for b in blocks} == {"00000-00001.json", "00002-00002.json"}, blocks
     assert planned_jobs(proc)["encode_corpus_dense_sparse"] == 4

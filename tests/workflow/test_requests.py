@@ -186,8 +186,11 @@ def test_full_miracl_is_encoded_in_a_few_long_gpu_jobs(tmp_path: Path) -> None:
         assert job["threads"] == 8 and job["resources"]["gpu"] == "1", job
         assert int(job["resources"]["mem_mb"]) < 32_000, job
         passages = block_rows(job["wildcards"]["block"], sizes[job["wildcards"]["corpus"]], 100_000)
-        assert int(job["resources"]["runtime"]) == costs.estimate(
-            "encode_corpus",
-            costs.Job(passages=passages, threads=8, gpu=True, checkpoint_mb=2_270.0),
-            costs.Settings.from_config(cfg),
-        ).runtime
+        assert (
+            int(job["resources"]["runtime"])
+            == costs.estimate(
+                "encode_corpus",
+                costs.Job(passages=passages, threads=8, gpu=True, checkpoint_mb=2_270.0),
+                costs.Settings.from_config(cfg),
+            ).runtime
+        )

@@ -54,7 +54,10 @@ def _block(corpus, folder, spec, block="00000-00003", **kw):
 
 
 def test_a_block_encodes_its_shards_as_shard_jobs_do_and_loads_its_model_once(
-    tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch  # noqa: F811
+    tiny_checkpoints,
+    corpus_parquet,
+    tmp_path,
+    monkeypatch,  # noqa: F811
 ) -> None:
     spec = _spec(tiny_checkpoints)
     loads = []
@@ -73,7 +76,9 @@ def test_a_block_encodes_its_shards_as_shard_jobs_do_and_loads_its_model_once(
             assert got.schema.metadata[blocks.FINGERPRINT_KEY] == manifest["fingerprint"].encode()
 
 
-def test_done_shards_are_skipped_and_settings_re_encode(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch) -> None:  # noqa: F811
+def test_done_shards_are_skipped_and_settings_re_encode(
+    tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch
+) -> None:  # noqa: F811
     folder = tmp_path / "block"
     spec = _spec(tiny_checkpoints)
     _block(corpus_parquet, folder, spec)
@@ -116,7 +121,12 @@ def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parqu
     with pytest.raises(KeyboardInterrupt):
         _block(corpus_parquet, folder, spec)
     finished = _mtimes(folder)
-    assert sorted(finished) == ["dense/00000.parquet", "dense/00001.parquet", "sparse/00000.parquet", "sparse/00001.parquet"]
+    assert sorted(finished) == [
+        "dense/00000.parquet",
+        "dense/00001.parquet",
+        "sparse/00000.parquet",
+        "sparse/00001.parquet",
+    ]
     assert not (folder / "00000-00003.json").exists()  # no manifest: the block is not done
     monkeypatch.undo()
     assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 2

@@ -43,7 +43,10 @@ def test_fetch_pins_the_commit_and_records_it(fake_hub, tmp_path) -> None:
     assert json.loads((target / FETCH_RECORD).read_text())["repo_id"] == "test-org/tiny-m3"
     assert (target / "config.json").is_file() and (target / "sparse_linear.pt").is_file()
     calls = (fake_hub / "calls.log").read_text().splitlines()
-    assert [c.split("\t")[:2] for c in calls] == [["model_info", "test-org/tiny-m3"], ["snapshot_download", "test-org/tiny-m3"]]
+    assert [c.split("\t")[:2] for c in calls] == [
+        ["model_info", "test-org/tiny-m3"],
+        ["snapshot_download", "test-org/tiny-m3"],
+    ]
 
 
 def test_a_gated_or_unknown_model_says_how_to_log_in_and_leaves_nothing(fake_hub, tmp_path) -> None:

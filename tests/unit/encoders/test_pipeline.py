@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -87,27 +88,38 @@ def test_chunks_come_back_in_order_with_their_keys(tiny_checkpoints, texts) -> N
     np.testing.assert_allclose(np.concatenate([out["dense"] for _, out in got]), whole, atol=1e-6, rtol=1e-5)
 
 
-def test_tokenizing_runs_in_the_worker_threads(tiny_checkpoints, texts, monkeypatch) -> None:
+@pytest.mark.parametrize("workers", [1, 3])
+def test_tokenizing_runs_ahead_in_the_planner_on_the_tokenizers_threads(tiny_checkpoints, texts, monkeypatch, workers):
+    """Not in the caller's thread nor the model's; the tokenizers library runs each call on `workers`
+    threads of its own (its parallelism on with more than one)."""
     fam = get_family("bge-m3")
     enc = fam.load(fam.resolve({"checkpoint": str(tiny_checkpoints("bge-m3"))}), device="cpu")
     seen: set[str] = set()
+    parallel: set[str | None] = set()
     real = base.TransformerEncoder.token_ids
 
     def recording(self, batch, max_length):
         seen.add(threading.current_thread().name)
+        parallel.add(os.environ.get("TOKENIZERS_PARALLELISM"))
         return real(self, batch, max_length)
 
     monkeypatch.setattr(base.TransformerEncoder, "token_ids", recording)
     monkeypatch.setattr(pipeline, "TOKENIZE_SLICE", 2)
-    enc.encode(texts * 4, "passage", batch_size=8, host=HostSettings(workers=3, window=64))
-    assert seen and all(name.startswith("tokenize") for name in seen), seen
-    assert len(seen) > 1  # the slices of a window went to several workers
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    got = enc.encode(texts * 4, "passage", batch_size=8, host=HostSettings(workers=workers, window=64))
+    assert seen == {"encode-planner"}
+    assert parallel == {"true" if workers > 1 else "false"} and os.environ["RAYON_NUM_THREADS"] == str(workers)
+    alone = enc.encode(texts * 4, "passage", batch_size=1)
+    np.testing.assert_allclose(got.dense, alone.dense, atol=1e-6, rtol=1e-5)  # type: ignore[arg-type]
 
 
 def test_an_error_in_the_input_reaches_the_caller_and_stops_every_thread(tiny_checkpoints, texts) -> None:
     fam = get_family("dense")
     enc = fam.load(fam.resolve({"checkpoint": str(tiny_checkpoints("xlm-r"))}), device="cpu")
-    before = threading.active_count()
+
+    def pipeline_threads() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("encode-")]
 
     def chunks():
         yield "a", texts[:10]
@@ -117,12 +129,12 @@ def test_an_error_in_the_input_reaches_the_caller_and_stops_every_thread(tiny_ch
     with pytest.raises(InputError, match="row 11"):
         for _ in stream:
             pass
-    assert threading.active_count() == before
+    assert pipeline_threads() == []
     # the caller stops early: the threads stop too
     stream = pipeline.encode_stream(enc, [("a", texts), ("b", texts)], "passage", ("dense",), HostSettings(window=4))
     next(stream)
     stream.close()
-    assert threading.active_count() == before
+    assert pipeline_threads() == []
 
 
 def test_bad_settings() -> None:
