@@ -198,6 +198,30 @@ def print_run_costs(run_dir: Path) -> None:
     for rule, secs in sorted(per_rule.items(), key=lambda kv: -sum(kv[1])):
         print(f"  {rule:<30} {len(secs):>5} {sum(secs):>8.1f} {sum(secs) / len(secs):>7.2f} "
               f"{max(secs):>7.2f} {sum(secs) / total:>6.1%}")  # fmt: skip
+    print_encoding_costs(run_dir)
+
+
+def print_encoding_costs(run_dir: Path) -> None:
+    """Job-seconds per 1,000 passages of each model's corpus encoding jobs (whatever a job covers: a
+    shard, or a block of shards), from ``stats/{dataset}/encode_corpus_*/{model}/{corpus}/*.tsv``."""
+    from miracl_eval.report.stage_costs import read_benchmark
+    from miracl_eval.schemas import count_rows
+
+    per_model: dict[tuple[str, str], list[float]] = {}
+    passages: dict[tuple[str, str], int] = {}
+    for path in sorted((run_dir / "stats").glob("*/encode_corpus_*/*/*/*.tsv")):
+        dataset, rule, model, corpus = path.relative_to(run_dir / "stats").parts[:4]
+        seconds = [r["s"] for r in read_benchmark(path) if r.get("s") is not None]
+        if not seconds:
+            continue
+        per_model.setdefault((rule, model), []).append(sum(seconds) / len(seconds))
+        corpus_file = run_dir / "resources" / dataset / "corpus" / corpus / "corpus.parquet"
+        key = (f"{rule}/{model}", f"{dataset}/{corpus}")
+        passages.setdefault(key, count_rows(corpus_file))  # type: ignore[arg-type]
+    for (rule, model), secs in sorted(per_model.items()):
+        n = sum(v for (name, _), v in passages.items() if name == f"{rule}/{model}")
+        print(f"  {rule} {model}: {len(secs)} jobs, {sum(secs):.1f} job-s for {n:,} passages: "
+              f"{1000 * sum(secs) / max(1, n):.1f} job-s per 1,000 passages")  # fmt: skip
 
 
 if __name__ == "__main__":

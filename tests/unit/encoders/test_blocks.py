@@ -14,7 +14,6 @@ from miracl_eval import shards
 from miracl_eval.encoders import blocks, encode
 from miracl_eval.encoders.encode import encode_corpus_block, encode_corpus_shard
 from miracl_eval.encoders.registry import get_family
-from tests.unit.encoders.test_encode import corpus_parquet  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SHARD = 20  # the fixture's 72 passages: shards 0-3 (the last of 12)
@@ -57,7 +56,7 @@ def test_a_block_encodes_its_shards_as_shard_jobs_do_and_loads_its_model_once(
     tiny_checkpoints,
     corpus_parquet,
     tmp_path,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ) -> None:
     spec = _spec(tiny_checkpoints)
     loads = []
@@ -78,7 +77,7 @@ def test_a_block_encodes_its_shards_as_shard_jobs_do_and_loads_its_model_once(
 
 def test_done_shards_are_skipped_and_settings_re_encode(
     tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch
-) -> None:  # noqa: F811
+) -> None:
     folder = tmp_path / "block"
     spec = _spec(tiny_checkpoints)
     _block(corpus_parquet, folder, spec)
@@ -107,7 +106,7 @@ def test_done_shards_are_skipped_and_settings_re_encode(
         os.utime(corpus_parquet, (0, 0))  # the module's fixture: older than any shard again
 
 
-def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch) -> None:  # noqa: F811
+def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch) -> None:
     folder = tmp_path / "block"
     spec = _spec(tiny_checkpoints)
     real = encode._encode_shard
@@ -135,6 +134,6 @@ def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parqu
     assert {k: v for k, v in _mtimes(folder).items() if k in finished} == finished
 
 
-def test_a_block_beyond_the_corpus(tiny_checkpoints, corpus_parquet, tmp_path) -> None:  # noqa: F811
+def test_a_block_beyond_the_corpus(tiny_checkpoints, corpus_parquet, tmp_path) -> None:
     with pytest.raises(ValueError, match="block 00003-00004 is out of range"):
         _block(corpus_parquet, tmp_path, _spec(tiny_checkpoints), block="00003-00004")

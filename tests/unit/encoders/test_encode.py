@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from miracl_eval.encoders.encode import encode_corpus_shard, encode_queries
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.preprocess import join_title
-from tests.helpers import CORPORA, sample_queries
+from tests.helpers import sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TOL = 1e-5
@@ -35,18 +34,6 @@ def _spec(tiny_checkpoints, family: str, **settings) -> dict:
 
 def _outputs(family: str, folder: Path, prefix: str = "") -> dict[str, Path]:
     return {kind: folder / f"{prefix}{kind}.parquet" for kind in get_family(family).outputs}
-
-
-@pytest.fixture(scope="module")
-def corpus_parquet(tmp_path_factory) -> Path:
-    rows = []
-    for path in CORPORA[:6]:
-        for line in path.read_text(encoding="utf-8").splitlines()[:12]:
-            rec = json.loads(line)
-            rows.append({**rec, "contents": f"{rec['title']} {rec['text']}"})
-    path = tmp_path_factory.mktemp("corpus") / "corpus.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schemas.CORPUS), path, row_group_size=10)  # shards straddle groups
-    return path
 
 
 def _sparse_rows(table: pa.Table) -> list[tuple[list[int], list[float]]]:
