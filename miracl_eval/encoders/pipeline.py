@@ -192,64 +192,50 @@ def encode_stream(
     def plan() -> None:
         import torch
 
-        try:
-            for key, texts, last in _window_source(chunks, settings.window):
-                started = time.perf_counter()
-                prepared = encoder.prepare(texts, role)
-                slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
-                tokenizing = time.perf_counter()
-                lists = [ids for part in slices for ids in tokenize(part)]
-                busy = time.perf_counter() - tokenizing
-                ids, lengths = encoder.pad(lists)
-                window = [
-                    (pos, lengths[pos]) for pos in plan_batches(lengths, settings.token_budget, settings.max_rows)
-                ]
-                batches = []
-                for pos, blen in window:
-                    bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
-                    batches.append((pos, bids.pin_memory() if cuda else bids, blen))
-                clock.plan += time.perf_counter() - started - busy
-                clock.texts += len(prepared)
-                clock.batches += len(batches)
-                pipe.put(planned, _Window(key, len(prepared)))
-                for batch in batches:
-                    pipe.put(planned, batch)
-                if last:
-                    pipe.put(planned, _End())
-            pipe.put(planned, None)
-        except _Stopped:
-            return
-        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
-            pipe.stop.set()
-            _hand_over(done, _Failed(err))
+        for key, texts, last in _window_source(chunks, settings.window):
+            started = time.perf_counter()
+            prepared = encoder.prepare(texts, role)
+            slices = [prepared[s : s + TOKENIZE_SLICE] for s in range(0, len(prepared), TOKENIZE_SLICE)]
+            tokenizing = time.perf_counter()
+            lists = [ids for part in slices for ids in tokenize(part)]
+            busy = time.perf_counter() - tokenizing
+            ids, lengths = encoder.pad(lists)
+            window = [(pos, lengths[pos]) for pos in plan_batches(lengths, settings.token_budget, settings.max_rows)]
+            batches = []
+            for pos, blen in window:
+                bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
+                batches.append((pos, bids.pin_memory() if cuda else bids, blen))
+            clock.plan += time.perf_counter() - started - busy
+            clock.texts += len(prepared)
+            clock.batches += len(batches)
+            pipe.put(planned, _Window(key, len(prepared)))
+            for batch in batches:
+                pipe.put(planned, batch)
+            if last:
+                pipe.put(planned, _End())
+        pipe.put(planned, None)
 
     def run_model() -> None:
         import torch
 
-        try:
-            with torch.inference_mode():
-                while True:
-                    item = pipe.get(planned)
-                    if item is None or isinstance(item, (_Window, _End)):
-                        pipe.put(done, item)
-                        if item is None:
-                            return
-                        continue
-                    pos, bids, blen = item
-                    started = time.perf_counter()
-                    batch = encoder.run_batch(pos, bids, blen, kinds)
-                    encoder.start_host_copy(batch)
-                    clock.model += time.perf_counter() - started
-                    pipe.put(done, batch)
-        except _Stopped:
-            return
-        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
-            pipe.stop.set()
-            _hand_over(done, _Failed(err))
+        with torch.inference_mode():
+            while True:
+                item = pipe.get(planned)
+                if item is None or isinstance(item, (_Window, _End)):
+                    pipe.put(done, item)
+                    if item is None:
+                        return
+                    continue
+                pos, bids, blen = item
+                started = time.perf_counter()
+                batch = encoder.run_batch(pos, bids, blen, kinds)
+                encoder.start_host_copy(batch)
+                clock.model += time.perf_counter() - started
+                pipe.put(done, batch)
 
     threads = [
-        threading.Thread(target=plan, name="encode-planner", daemon=True),
-        threading.Thread(target=run_model, name="encode-model", daemon=True),
+        threading.Thread(target=_guarded(pipe, done, plan), name="encode-planner", daemon=True),
+        threading.Thread(target=_guarded(pipe, done, run_model), name="encode-model", daemon=True),
     ]
     # the tokenizer's threads: its pool is made at its first parallel call, of RAYON_NUM_THREADS threads
     # (a value set before, by the user or an earlier call in this process, stays)
@@ -299,6 +285,22 @@ def encode_stream(
         pipe.stop.set()
         for thread in threads:
             thread.join()
+
+
+def _guarded(pipe: _Pipeline, done: queue.Queue, work: Any) -> Any:
+    """``work`` for a pipeline thread: a stopped pipeline ends it quietly; an error stops the pipeline
+    and goes to the caller's thread."""
+
+    def run() -> None:
+        try:
+            work()
+        except _Stopped:
+            return
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            pipe.stop.set()
+            _hand_over(done, _Failed(err))
+
+    return run
 
 
 def _hand_over(q: queue.Queue, item: Any) -> None:
