@@ -165,6 +165,8 @@ def num_chunks(path: str | os.PathLike[str], size: int) -> int:
 
 #: query vectors that a dense search scores at once
 DENSE_SEARCH_BATCH = 4_096
+#: queries per row group of an exact search block's candidates, and per merge step (miracl_eval.faiss.blocks)
+DENSE_MERGE_CHUNK = 1_024
 #: queries that a Lucene search runs (and whose hits it holds) at once
 QUERY_CHUNK = 2_000
 #: queries whose hits an evaluation holds at once

@@ -4,6 +4,7 @@ import errno
 import re
 
 from miracl_eval.jobs import requests
+from miracl_eval.jobs.devices import gpu_faiss_installed
 from miracl_eval.config.validate import fill_placeholders
 from miracl_eval.inputs.datasets import get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
@@ -22,9 +23,11 @@ from miracl_eval.errors import InputError
 from miracl_eval.schemas import count_rows, num_chunks
 from miracl_eval.shards import (
     BLOCK_PATTERN,
+    block_shards,
     covering_blocks,
     shard_name,
     shards_per_block,
+    tiling,
 )
 from miracl_eval.config.systems import systems
 from miracl_eval.report.plan import report_pages
@@ -42,6 +45,8 @@ DENSE_INDEX = config["dense_index"]
 REQUEST_SETTINGS = requests.Settings.from_config(config)
 # GPU rules ask for a GPU unless the config pins the encoders to the CPU.
 GPU = int(REQUEST_SETTINGS.gpu)
+# The approximate indexes use a GPU only through GPU Faiss: their jobs ask for one only when it is installed.
+GPU_FAISS = int(GPU and DENSE_INDEX["gpu"] and gpu_faiss_installed())
 # An encoding job on a GPU wants its tokenizer workers' CPUs, plus the model's thread and the
 # writer's; on the CPU, the configured threads (Snakemake sets the job's OMP_NUM_THREADS to them,
 # which torch follows), so that on a small machine two short encoding jobs share the cores rather
@@ -70,6 +75,8 @@ PATHS = {
     "encoded_block": "resources/{dataset}/encoded/{model}/corpus/{corpus}/blocks/{block}.json",
     "encoded_queries": "resources/{dataset}/encoded/{model}/queries/{part}/{kind}.parquet",
     "dense_index": "resources/{dataset}/indexes/{corpus}/{model}/dense.faiss",
+    # an exact search block's candidates for every partition of its corpus (rules/dense.smk)
+    "dense_block": "resources/{dataset}/search/{model}/{corpus}/dense/{block}.parquet",
     "dense_docids": "resources/{dataset}/indexes/{corpus}/{model}/dense.docids.parquet",
     "sparse_index": "resources/{dataset}/indexes/{corpus}/{model}/sparse",
     "scores": "resources/{dataset}/scores/{model}/{part}/{kind}/{chunk}.parquet",
@@ -153,6 +160,11 @@ def qrels_source(wildcards):
     if SOURCE:
         return fill_placeholders(SOURCE["qrels"], wildcards.part)
     return expand(PATHS["downloaded_qrels"], **dict(wildcards.items()))[0]
+
+
+def corpus_parts(corpus):
+    """The run's partitions whose queries search this corpus."""
+    return [p for p in PARTS if DATASET.corpus_of(p) == corpus]
 
 
 def part_corpus(pattern):
@@ -347,7 +359,13 @@ def job_sizes(name, wildcards, input, threads):
                 expand(PATHS["corpus"], dataset=w["dataset"], corpus=corpus)[0], input
             )
         parts = (
-            [w["part"]] if "part" in w else (PARTS if name in ALL_PARTITIONS else [])
+            [w["part"]]
+            if "part" in w
+            else (
+                PARTS
+                if name in ALL_PARTITIONS
+                else corpus_parts(corpus) if name == "dense_block_search" else []
+            )
         )
         if parts:
             sizes["queries"] = sum(
@@ -358,6 +376,10 @@ def job_sizes(name, wildcards, input, threads):
         sizes["dim"] = _dim(input[0])
     if name == "dense_search":
         sizes["dim"] = _dim(input.queries)
+    if name == "dense_block_search":
+        sizes["dim"] = _dim(input.blocks[0])
+    if name == "dense_merge":
+        sizes["candidates"] = len(input) * config["hits"]
     if name in requests.MODEL_ESTIMATES:
         sizes["checkpoint_mb"] = _checkpoint_mb(wildcards)
     return requests.job_for(
@@ -365,8 +387,7 @@ def job_sizes(name, wildcards, input, threads):
         w,
         threads,
         REQUEST_SETTINGS,
-        candidates=_candidates(name, w),
-        **sizes,
+        **{"candidates": _candidates(name, w), **sizes},
     )
 
 

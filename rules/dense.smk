@@ -1,60 +1,148 @@
-# Dense retrieval for every model that stores dense vectors: a Faiss index (exact inner product by
-# default) built from the model's vector shards, searched top-`hits` on GPU Faiss when there is one.
+# Dense retrieval for every model that stores dense vectors. Exact search (`dense_index.type: flat`,
+# the default: the paper's) runs in blocks of `dense_index.block_size` passages, one job per block
+# for every partition of its corpus (on the job's GPU when it holds one), each keeping every query's
+# top `hits` and all ties of the last; one merge per partition then ranks them as one flat index
+# would (miracl_eval/faiss/blocks.py). No job holds more than a block's vectors, and no index of the
+# whole corpus is written. The approximate indexes (hnsw, ivfpq) are built whole and searched with
+# Faiss, on a GPU only when GPU Faiss is installed.
+
+SEARCH_PER_BLOCK = shards_per_block(DENSE_INDEX["block_size"], ENC["shard_size"])
 
 
-rule dense_index:
-    input:
-        corpus_blocks,
-    output:
-        index=PATHS["dense_index"],
-        docids=PATHS["dense_docids"],
-    log:
-        log_path("dense_index/{model}/{corpus}"),
-    benchmark:
-        benchmark_path("dense_index/{model}/{corpus}")
-    wildcard_constraints:
-        model=_alternatives(models_with("dense")),
-    conda:
-        "../envs/encode.yaml"
-    threads: config["threads"]
-    resources:
-        **request("dense_index"),
-    params:
-        shards=corpus_shards("dense"),
-        index_type=DENSE_INDEX["type"],
-        hnsw_m=DENSE_INDEX["hnsw_m"],
-        ivf_lists=DENSE_INDEX["ivf_lists"],
-        pq_m=DENSE_INDEX["pq_m"],
-        use_gpu=DENSE_INDEX["gpu"],
-    script:
-        "../scripts/dense_index.py"
+def search_blocks(wildcards):
+    """The exact search's block files of a partition's corpus."""
+    corpus, n = _corpus_shard_count(wildcards)
+    return expand(
+        PATHS["dense_block"],
+        dataset=wildcards.dataset,
+        model=wildcards.model,
+        corpus=corpus,
+        block=tiling(n, SEARCH_PER_BLOCK),
+    )
 
 
-rule dense_search:
-    input:
-        index=part_corpus(PATHS["dense_index"]),
-        docids=part_corpus(PATHS["dense_docids"]),
-        queries=path("encoded_queries", kind="dense"),
-    output:
-        run=path("run", system="{model}/dense"),
-        trec=path("trec", system="{model}/dense"),
-    log:
-        log_path("dense_search/{model}/{part}"),
-    benchmark:
-        benchmark_path("dense_search/{model}/{part}")
-    wildcard_constraints:
-        model=_alternatives(models_with("dense")),
-    conda:
-        "../envs/encode.yaml"
-    threads: config["threads"]
-    resources:
-        **request("dense_search"),
-        gpu=GPU if DENSE_INDEX["gpu"] else 0,
-    params:
-        hits=config["hits"],
-        use_gpu=DENSE_INDEX["gpu"],
-        nprobe=DENSE_INDEX["nprobe"],
-        ef_search=DENSE_INDEX["hnsw_ef_search"],
-        tag=lambda wc: f"{wc.model}/dense",
-    script:
-        "../scripts/dense_search.py"
+def block_shard_files(wildcards):
+    """The dense shard files of a search block."""
+    return expand(
+        path("shard", kind="dense"),
+        dataset=wildcards.dataset,
+        model=wildcards.model,
+        corpus=wildcards.corpus,
+        shard=[shard_name(i) for i in block_shards(wildcards.block)],
+    )
+
+
+if DENSE_INDEX["type"] == "flat":
+
+    rule dense_block_search:
+        input:
+            blocks=corpus_blocks,
+            queries=lambda wc: expand(
+                path("encoded_queries", kind="dense"),
+                dataset=wc.dataset,
+                model=wc.model,
+                part=corpus_parts(wc.corpus),
+            ),
+        output:
+            PATHS["dense_block"],
+        log:
+            log_path("dense_block_search/{model}/{corpus}/{block}"),
+        benchmark:
+            benchmark_path("dense_block_search/{model}/{corpus}/{block}")
+        wildcard_constraints:
+            model=_alternatives(models_with("dense")),
+        conda:
+            "../envs/encode.yaml"
+        threads: config["threads"]
+        resources:
+            **request("dense_block_search"),
+            gpu=GPU,
+        params:
+            shards=block_shard_files,
+            parts=lambda wc: corpus_parts(wc.corpus),
+            hits=config["hits"],
+            device=ENC["device"],
+        script:
+            "../scripts/dense_block_search.py"
+
+    rule dense_merge:
+        input:
+            search_blocks,
+        output:
+            run=path("run", system="{model}/dense"),
+            trec=path("trec", system="{model}/dense"),
+        log:
+            log_path("dense_merge/{model}/{part}"),
+        benchmark:
+            benchmark_path("dense_merge/{model}/{part}")
+        wildcard_constraints:
+            model=_alternatives(models_with("dense")),
+        conda:
+            "../envs/encode.yaml"
+        threads: 1
+        resources:
+            **request("dense_merge"),
+        params:
+            hits=config["hits"],
+            tag=lambda wc: f"{wc.model}/dense",
+        script:
+            "../scripts/dense_merge.py"
+
+else:
+
+    rule dense_index:
+        input:
+            corpus_blocks,
+        output:
+            index=PATHS["dense_index"],
+            docids=PATHS["dense_docids"],
+        log:
+            log_path("dense_index/{model}/{corpus}"),
+        benchmark:
+            benchmark_path("dense_index/{model}/{corpus}")
+        wildcard_constraints:
+            model=_alternatives(models_with("dense")),
+        conda:
+            "../envs/encode.yaml"
+        threads: config["threads"]
+        resources:
+            **request("dense_index"),
+            gpu=GPU_FAISS if DENSE_INDEX["type"] == "ivfpq" else 0,
+        params:
+            shards=corpus_shards("dense"),
+            index_type=DENSE_INDEX["type"],
+            hnsw_m=DENSE_INDEX["hnsw_m"],
+            ivf_lists=DENSE_INDEX["ivf_lists"],
+            pq_m=DENSE_INDEX["pq_m"],
+            use_gpu=DENSE_INDEX["gpu"],
+        script:
+            "../scripts/dense_index.py"
+
+    rule dense_search:
+        input:
+            index=part_corpus(PATHS["dense_index"]),
+            docids=part_corpus(PATHS["dense_docids"]),
+            queries=path("encoded_queries", kind="dense"),
+        output:
+            run=path("run", system="{model}/dense"),
+            trec=path("trec", system="{model}/dense"),
+        log:
+            log_path("dense_search/{model}/{part}"),
+        benchmark:
+            benchmark_path("dense_search/{model}/{part}")
+        wildcard_constraints:
+            model=_alternatives(models_with("dense")),
+        conda:
+            "../envs/encode.yaml"
+        threads: config["threads"]
+        resources:
+            **request("dense_search"),
+            gpu=GPU_FAISS,
+        params:
+            hits=config["hits"],
+            use_gpu=DENSE_INDEX["gpu"],
+            nprobe=DENSE_INDEX["nprobe"],
+            ef_search=DENSE_INDEX["hnsw_ef_search"],
+            tag=lambda wc: f"{wc.model}/dense",
+        script:
+            "../scripts/dense_search.py"

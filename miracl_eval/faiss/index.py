@@ -19,6 +19,7 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output
 from miracl_eval.encoders.outputs import iter_vector_batches, vector_dim
 from miracl_eval.errors import InputError, MiraclEvalError
+from miracl_eval.jobs.devices import held_gpus
 from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,14 @@ def load_faiss():
     import faiss
 
     return faiss
+
+
+def usable_gpus(use_gpu: bool) -> int:
+    """The GPUs that a Faiss job may use: none unless ``use_gpu`` and the job holds a GPU (leased, or
+    given by SLURM: :func:`miracl_eval.jobs.devices.held_gpus`), then those Faiss sees."""
+    if not use_gpu or held_gpus() is None:
+        return 0
+    return num_gpus()
 
 
 def num_gpus() -> int:
@@ -161,7 +170,7 @@ def build_dense_index(
     if index_type == "ivfpq":
         size = train_size or max(64 * index.nlist, 10_000)
         sample = _train_sample(shards, n, size, dim)
-        gpus = num_gpus() if use_gpu else 0
+        gpus = usable_gpus(use_gpu)
         clustering = None
         if gpus:
             log.info("ivfpq: training the coarse quantizer on %d GPU(s)", gpus)
@@ -172,7 +181,7 @@ def build_dense_index(
         index.train(sample)
         index.clustering_index = None
         del sample, clustering
-    elif use_gpu and num_gpus():
+    elif usable_gpus(use_gpu):
         log.info("%s index: built on the CPU (nothing to gain from a GPU)", index_type)
 
     add = _flat_filler(index, n) if index_type == "flat" else None

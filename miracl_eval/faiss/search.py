@@ -1,6 +1,6 @@
 """Dense search with Faiss (rule ``dense_search``): top-``hits`` by inner product, in query batches.
 
-Search runs on the GPUs when Faiss has any (and ``use_gpu``), else on the CPU. Hits are ranked by
+Search runs on the GPUs when the job holds one, Faiss has GPU support (and ``use_gpu``), else on the CPU. Hits are ranked by
 score, ties by docid, exactly as :func:`miracl_eval.runs.rank_table` does; a docid equal to the qid
 is never dropped.
 """
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from miracl_eval import schemas
 from miracl_eval.encoders.outputs import iter_vector_batches, vector_dim
 from miracl_eval.errors import InputError
-from miracl_eval.faiss.index import DOCIDS, load_faiss, num_gpus, set_threads
+from miracl_eval.faiss.index import DOCIDS, load_faiss, set_threads, usable_gpus
 from miracl_eval.runs import RunWriter, rank_table
 from miracl_eval.schemas import DENSE_SEARCH_BATCH
 from miracl_eval.types import PathLike
@@ -77,7 +77,7 @@ def _prepare_searcher(index, k: int, use_gpu: bool, nprobe: int, ef_search: int)
         ivf.nprobe = min(nprobe, ivf.nlist)
     if isinstance(index, faiss.IndexHNSW):
         index.hnsw.efSearch = max(ef_search, k)
-    gpus = num_gpus() if use_gpu else 0
+    gpus = usable_gpus(use_gpu)
     if gpus and isinstance(index, faiss.IndexHNSW):
         log.info("faiss: HNSW searches on the CPU (no GPU HNSW in Faiss)")
     elif gpus and k > GPU_MAX_K:

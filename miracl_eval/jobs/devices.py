@@ -166,3 +166,11 @@ def driver_version() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out[0] if out else None
+
+
+def gpu_faiss_installed() -> bool:
+    """Whether the installed Faiss is a GPU build (its distribution's name), without importing it."""
+    import importlib.metadata
+
+    names = {d.metadata["Name"].lower() for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    return any(n.startswith("faiss-gpu") or n == "faiss" for n in names) and "faiss-cpu" not in names

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from miracl_eval import schemas
 from miracl_eval.errors import ConfigError
-from miracl_eval.schemas import DENSE_SEARCH_BATCH, EVAL_CHUNK, QUERY_CHUNK
+from miracl_eval.schemas import DENSE_MERGE_CHUNK, DENSE_SEARCH_BATCH, EVAL_CHUNK, QUERY_CHUNK
 from miracl_eval.shards import block_rows
 
 UNITS = (
@@ -53,6 +53,12 @@ HELD_QUERIES: Mapping[str, int] = {
 MODEL_ESTIMATES = frozenset({"encode_corpus", "encode_queries", "rerank_components"})
 #: estimates with one cost per dense index type (``dense_index:flat``, ...)
 PER_INDEX_TYPE = frozenset({"dense_index", "dense_search"})
+#: estimates whose job holds dense vectors and searches them (``index_mb``, ``gflop``)
+DENSE_ESTIMATES = PER_INDEX_TYPE | {"dense_block_search"}
+#: estimates whose job runs on a GPU when the encoders do (a model's, and the exact search's torch products)
+GPU_ESTIMATES = MODEL_ESTIMATES | {"dense_block_search"}
+#: MB a second that a job reads its stored vectors at (a shared file system's share of one job)
+READ_MB_PER_S = 100.0
 #: k-means iterations of Faiss's IVF training (its default)
 KMEANS_ITERATIONS = 25
 #: vector dimension assumed before the first vector file exists (a dry run); the job itself reads it
@@ -138,6 +144,18 @@ COSTS: Mapping[str, Cost] = {
         seconds={"gflop": 0.2, "run_rows": 4e-6},
         parallel=True,
     ),
+    # exact search of one block: its vectors (read at READ_MB_PER_S), a query batch's scores (1 GB),
+    # every query of its corpus against every passage of the block
+    "dense_block_search": Cost(
+        2600,
+        2,
+        mem={"index_mb": 1.05, "queries": 0.01},
+        seconds={"gflop": 0.05, "index_mb": 1 / READ_MB_PER_S},
+        gpu_seconds={"gflop": 2e-4, "index_mb": 1 / READ_MB_PER_S},
+        parallel=True,
+    ),
+    # the blocks' candidates of a chunk of queries, ranked (rank_table)
+    "dense_merge": Cost(1000, 2, mem={"pairs": 1.5e-4}, seconds={"pairs": 2e-6}),
     "union_components": Cost(2000, 2, mem={"pairs": 2e-4}, seconds={"passages": 5e-5, "pairs": 3e-6}),
     "rerank_components": Cost(
         1500,
@@ -274,7 +292,7 @@ def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], di
     """
     q = job.queries
     passages = job.passages or int(job.input_mb * MB / RAW_BYTES_PER_PASSAGE)
-    dense = name in PER_INDEX_TYPE
+    dense = name in DENSE_ESTIMATES
     time = {
         "passages": float(passages),
         "queries": float(q),
@@ -292,6 +310,8 @@ def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], di
         mem["run_rows"] = float(min(q, HELD_QUERIES[name]) * settings.hits)
     if name == "fuse":
         mem["pairs"] = float(min(q, settings.query_chunk) * job.candidates)
+    if name == "dense_merge":
+        mem["pairs"] = float(min(q, DENSE_MERGE_CHUNK) * job.candidates)
     return mem, time
 
 
@@ -345,7 +365,7 @@ def job_for(
     its chunk of the queries (from the ``block`` and ``chunk`` wildcards). A model's job runs on a GPU
     when the encoders do (``settings.gpu``).
     """
-    if name == "encode_corpus":
+    if name in ("encode_corpus", "dense_block_search"):
         passages = block_rows(wildcards["block"], passages, settings.shard_size)
     if "chunk" in wildcards:
         queries = _share(queries, settings.query_chunk, int(wildcards["chunk"]))
@@ -354,7 +374,7 @@ def job_for(
         queries=queries,
         dim=dim,
         threads=threads,
-        gpu=settings.gpu and name in MODEL_ESTIMATES,
+        gpu=settings.gpu and name in GPU_ESTIMATES,
         checkpoint_mb=checkpoint_mb if name in MODEL_ESTIMATES else 0.0,
         input_mb=input_mb,
         candidates=candidates,

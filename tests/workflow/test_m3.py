@@ -185,3 +185,21 @@ def test_killed_encoding_resumes_with_finished_shards_and_equal_encodings(m3_run
             resumed, whole = (pq.read_table(d / shards / kind / name) for d in (tmp_path, m3_run))
             assert resumed.equals(whole), (kind, name)
     assert yaml.safe_load(cfg_path.read_text())["encoder"]["shard_size"] == 60
+
+
+def test_exact_search_in_small_blocks_gives_the_runs_of_one_block(m3_run: Path, tmp_path: Path) -> None:
+    """Dense search in blocks of one shard (three per language) and merged: the runs of the one-block
+    search of the m3 run (the same hits and ranks; scores to float32 rounding, as BLAS rounds products
+    of other shapes; exact products merge exactly: tests/unit/faiss/test_blocks.py)."""
+    cfg = write_config(tmp_path, m3_config(dense_index={"block_size": 60}))
+    targets = [f"runs/miracl/{lang}/bge-m3/dense.parquet" for lang in LANGS]
+    snakemake(tmp_path, cfg, *targets)
+    for lang in LANGS:
+        blocks = sorted(p.name for p in (tmp_path / f"resources/miracl/search/bge-m3/{lang}/dense").iterdir())
+        assert blocks == ["00000-00000.parquet", "00001-00001.parquet", "00002-00002.parquet"]
+        small, one = (pq.read_table(d / f"runs/miracl/{lang}/bge-m3/dense.parquet") for d in (tmp_path, m3_run))
+        assert small.select(["qid", "docid", "rank"]).equals(one.select(["qid", "docid", "rank"]))
+        assert max(abs(a - b) for a, b in zip(small["score"].to_pylist(), one["score"].to_pylist(), strict=True)) < 1e-6
+        log = (tmp_path / f"logs/miracl/dense_block_search/bge-m3/{lang}/00001-00001.log").read_text()
+        assert "block search on cpu" in log  # where the search ran
+    assert not (tmp_path / "resources/miracl/indexes/sw/bge-m3").exists()  # no index of the whole corpus

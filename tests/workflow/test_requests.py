@@ -13,7 +13,7 @@ import yaml
 
 from miracl_eval.jobs import requests as costs
 from miracl_eval.schemas import CORPUS, QRELS, QUERIES
-from miracl_eval.shards import block_rows, shards_per_block
+from miracl_eval.shards import block_rows, shards_per_block, tiling
 from tests.helpers import M3_METHODS, REPO, TINY_M3, load_config, m3_config, sample_config, snakemake, write_config
 from tests.unit.jobs.test_requests import DATASETS, ENGLISH, MB, MESSIRVE, MESSIRVE_QUERIES, NODE_MB, SCALE, SCALE_IVFPQ
 
@@ -105,6 +105,11 @@ def _full_size(work: Path, dataset: str, corpora: dict[str, int], queries: dict[
     return write_config(work, config)
 
 
+def shards_tiling(passages: int, shard: int, block_size: int) -> list[str]:
+    """The search blocks of a corpus of ``passages``."""
+    return tiling(-(-passages // shard), shards_per_block(block_size, shard))
+
+
 def _expected(
     rule: str, wildcards: dict[str, str], passages: int, queries: int, threads: int, cfg: dict
 ) -> costs.Request:
@@ -114,6 +119,16 @@ def _expected(
     job = {
         "bm25_index": costs.Job(passages=passages, threads=threads),
         "dense_index": costs.Job(passages=passages, threads=threads),
+        "dense_block_search": costs.Job(
+            passages=block_rows(wildcards["block"], passages, shard) if "block" in wildcards else 0,
+            queries=queries,
+            threads=threads,
+            gpu=True,
+        ),
+        "dense_merge": costs.Job(
+            queries=queries,
+            candidates=cfg["hits"] * len(shards_tiling(passages, shard, cfg["dense_index"]["block_size"])),
+        ),
         "encode_corpus": costs.Job(
             passages=block_rows(wildcards["block"], passages, shard) if "block" in wildcards else 0,
             threads=threads,
@@ -128,7 +143,9 @@ def _expected(
     return costs.estimate(name, job, costs.Settings.from_config(cfg))
 
 
-CHECKED = {"bm25_index", "dense_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+CHECKED = {"bm25_index", "encode_corpus_dense_sparse", "union_components", "fuse"}
+#: the dense rules checked: exact search in blocks (flat), or the approximate index
+CHECKED_DENSE = {"flat": {"dense_block_search", "dense_merge"}, "ivfpq": {"dense_index"}}
 
 
 @pytest.mark.parametrize(
@@ -139,28 +156,32 @@ CHECKED = {"bm25_index", "dense_index", "encode_corpus_dense_sparse", "union_com
     ],
 )
 @pytest.mark.parametrize("scale", [SCALE, SCALE_IVFPQ], ids=["flat", "ivfpq"])
-def test_full_size_requests_follow_the_data_and_fit_32gb_but_a_flat_index(
+def test_full_size_requests_follow_the_data_and_fit_32gb(
     tmp_path: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int], big: str, scale: dict
 ) -> None:
     cfg_path = _full_size(tmp_path, dataset, corpora, queries, **scale)
     cfg = load_config(cfg_path)
     jobs = dry_run_jobs(snakemake(tmp_path, cfg_path, f"results/{dataset}_ndcg.tsv", args=("-n",)).stdout)
     requests = _requests(jobs)
-    flat = cfg["dense_index"]["type"] == "flat"
+    index_type = cfg["dense_index"]["type"]
     checked = set()
     for (rule, wc), (mem, runtime, threads) in requests.items():
         wildcards = dict(wc)
         corpus = wildcards.get("corpus") or (DATASETS[dataset](wildcards["part"]) if "part" in wildcards else None)
         passages, n_queries = corpora.get(corpus, 0), queries.get(wildcards.get("part", ""), 0)
-        if rule in CHECKED:
+        if rule == "dense_block_search":  # every partition of the corpus
+            n_queries = sum(n for p, n in queries.items() if DATASETS[dataset](p) == corpus)
+        if rule in CHECKED | CHECKED_DENSE[index_type]:
             expected = _expected(rule, wildcards, passages, n_queries, threads, cfg)
             assert (mem, runtime) == (expected.mem_mb, expected.runtime), (rule, wildcards)
             checked.add(rule)
-        if flat and rule in ("dense_index", "dense_search") and corpus == big:
-            assert mem >= passages * 4096 / MB, (rule, wildcards, mem)
-        else:
-            assert mem < 32_000, (rule, wildcards, mem)
-    assert checked == CHECKED
+        assert mem < 32_000, (rule, wildcards, mem)  # exact search too: no job holds the whole corpus
+    assert checked == CHECKED | CHECKED_DENSE[index_type]
+    if index_type == "flat":
+        rules = {rule for rule, _ in requests}
+        assert not rules & {"dense_index", "dense_search"}  # no index file of the whole corpus
+        searches = [wc for rule, wc in requests if rule == "dense_block_search" and dict(wc)["corpus"] == big]
+        assert len(searches) >= (8 if big == "en" else 3)  # English: 9 jobs of 4M passages
     blocks = [wc for rule, wc in requests if rule == "encode_corpus_dense_sparse" and dict(wc)["corpus"] == big]
     per_block = shards_per_block(cfg["encoder"]["block_size"], cfg["encoder"]["shard_size"])
     shards = -(-corpora[big] // cfg["encoder"]["shard_size"])

@@ -355,14 +355,19 @@ def test_gpu_code_path_with_a_stand_in(tmp_path: Path, corpus, monkeypatch, capl
         clones.append((type(index).__name__, co))
         return index
 
-    from miracl_eval.faiss import search
-
     monkeypatch.setattr(dense, "num_gpus", lambda: 2)
-    monkeypatch.setattr(search, "num_gpus", lambda: 2)
+    for name in ("MIRACL_EVAL_GPU_LEASE", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(faiss, "GpuMultipleClonerOptions", Options, raising=False)
     monkeypatch.setattr(faiss, "GpuParameterSpace", ParameterSpace, raising=False)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_all_gpus)
     caplog.set_level("INFO", logger="miracl_eval.faiss")
+    # GPU Faiss with GPUs on the machine, but a job that holds none: the CPU (another job's GPU is not its own)
+    dense_search(
+        tmp_path / "flat", tmp_path / "d.parquet", qpath, tmp_path / "gpu.parquet", tmp_path / "gpu.trec", k=10
+    )
+    assert not clones and "searching on the CPU" in caplog.text
+    monkeypatch.setenv("MIRACL_EVAL_GPU_LEASE", "0")  # the job holds a GPU
     dense_search(
         tmp_path / "flat", tmp_path / "d.parquet", qpath, tmp_path / "gpu.parquet", tmp_path / "gpu.trec", k=10
     )

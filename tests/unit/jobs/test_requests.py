@@ -43,6 +43,8 @@ SAMPLE_JOBS = {
     "encode_queries": costs.Job(queries=4, checkpoint_mb=3),
     "dense_index": costs.Job(passages=24, dim=32),
     "dense_search": costs.Job(passages=24, queries=4, dim=32),
+    "dense_block_search": costs.Job(passages=24, queries=4, dim=32),
+    "dense_merge": costs.Job(queries=4, candidates=1000),
     "union_components": costs.Job(passages=24, queries=3, candidates=2000),
     "rerank_components": costs.Job(passages=24, queries=3, candidates=20, checkpoint_mb=3),
     "fuse": costs.Job(queries=4, candidates=2000),
@@ -94,3 +96,19 @@ def test_requests_grow_with_the_data_and_the_settings() -> None:
     assert chunked.mem_mb < whole.mem_mb and chunked.runtime == whole.runtime
     with pytest.raises(costs.ConfigError, match="java_heap"):
         costs.estimate("bm25_index", small, _settings(java_heap="lots"))
+
+
+def test_exact_search_blocks_fit_32gb_and_read_their_vectors_in_their_time() -> None:
+    """A block of 4M English passages holds 16.4 GB of vectors (under 32 GB with the rest); its time
+    counts reading them (at READ_MB_PER_S) beside the products, on a GPU and on the CPU."""
+    block = costs.Job(passages=4_000_000, queries=799, dim=1024, threads=8, gpu=True)
+    request = costs.estimate("dense_block_search", block, _settings())
+    assert 4_000_000 * 4096 / MB < request.mem_mb < 32_000
+    read_s = 4_000_000 * 4096 / MB / costs.READ_MB_PER_S
+    assert request.runtime >= read_s / 8 / 60  # at least the read, shared by the threads
+    bigger = costs.estimate("dense_block_search", dataclasses.replace(block, passages=8_000_000), _settings())
+    assert bigger.runtime > request.runtime and bigger.mem_mb > request.mem_mb
+    cpu = costs.estimate("dense_block_search", dataclasses.replace(block, gpu=False, queries=156_528), _settings())
+    assert cpu.runtime > request.runtime
+    merge = costs.estimate("dense_merge", costs.Job(queries=156_528, candidates=4 * 1000), _settings())
+    assert merge.mem_mb < 4_000  # one chunk of queries at a time
