@@ -267,6 +267,33 @@ def corpus_blocks(wildcards):
     )
 
 
+#: encoding shards per exact search block (rules/dense.smk)
+SEARCH_PER_BLOCK = shards_per_block(DENSE_INDEX["block_size"], ENC["shard_size"])
+
+
+def search_blocks(wildcards):
+    """The exact search's block files of a partition's corpus."""
+    corpus, n = _corpus_shard_count(wildcards)
+    return expand(
+        PATHS["dense_block"],
+        dataset=wildcards.dataset,
+        model=wildcards.model,
+        corpus=corpus,
+        block=tiling(n, SEARCH_PER_BLOCK),
+    )
+
+
+def block_shard_files(wildcards):
+    """The dense shard files of a search block."""
+    return expand(
+        path("shard", kind="dense"),
+        dataset=wildcards.dataset,
+        model=wildcards.model,
+        corpus=wildcards.corpus,
+        shard=[shard_name(i) for i in block_shards(wildcards.block)],
+    )
+
+
 def query_chunks(kind):
     """The component-score chunk files of a partition (config `query_chunk` queries each)."""
 

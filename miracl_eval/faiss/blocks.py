@@ -84,6 +84,7 @@ class _Scorer:
         self.hits = hits
         self.rows = max(1, (memory_mb << 20) // max(1, 4 * self.n))  # query rows per product
         self.torch: Any = None
+        self.vectors: Any  # numpy on the CPU, a torch tensor on the GPU
         if device.startswith("cuda"):
             import torch
 

@@ -29,7 +29,7 @@ def test_the_scripts_name_their_preloaded_stages():
         f"{name}.py"
         for name in (
             "encode_corpus_block", "encode_queries", "fetch_model", "rerank_components", "union_components", "fuse", "hybrid",
-            "dense_index", "dense_search", "preprocess_corpus", "preprocess_topics", "evaluate", "judged_not_in_corpus",
+            "dense_index", "dense_search", "dense_block_search", "dense_merge", "preprocess_corpus", "preprocess_topics", "evaluate", "judged_not_in_corpus",
         )
     }  # fmt: skip
 
