@@ -126,9 +126,9 @@ def test_encoder_max_length_reruns_encoding_and_downstream_only(m3_run: Path) ->
     jobs = planned_jobs(_dry(m3_run, m3_config(m3={"passage_max_length": 128}), "maxlen.yaml"))
     assert jobs == {
         "encode_corpus_dense_sparse": 2,  # one block of three shards per language
-        "dense_index": 2,
+        "dense_block_search": 2,
         "sparse_index": 2,
-        "dense_search": 2,
+        "dense_merge": 2,
         "sparse_search": 2,
         "union_components": 4,
         "rerank_components": 4,

@@ -108,7 +108,8 @@ def test_corpus_is_preprocessed_encoded_and_indexed_once(messirve_run: Path) -> 
 
     assert jobs("preprocess_corpus") == 1
     assert jobs("bm25_index") == 1
-    assert jobs("dense_index") == 2  # one per model
+    assert jobs("dense_block_search") == 2  # one block per model, for every partition
+    assert jobs("dense_merge") == 2 * len(RUN_PARTS)
     assert jobs("sparse_index") == 1
     assert jobs("encode_corpus_dense_sparse") == 1, "203 paragraphs in one block, encoded once"
     assert jobs("encode_corpus_dense") == 1, "me5-small: the same block, encoded once"

@@ -99,16 +99,17 @@ def test_editing_one_model_reruns_only_its_jobs(models_run: Path) -> None:
     models = copy.deepcopy(MODELS)
     models["e5"]["query_prefix"] = "question: "
     jobs = _dry(models_run, models_config(models), "e5-prefix.yaml")
-    assert jobs == {  # a query setting: the passages keep their encodings and index
+    assert jobs == {  # a query setting: the passages keep their encodings; the exact search runs again
         "encode_queries_dense": 1,
-        "dense_search": 1,
+        "dense_block_search": 1,
+        "dense_merge": 1,
         "hybrid": 1,
         "evaluate": 2,  # e5/dense and the hybrid that uses it
         "tables": 1,
     }
     models["e5"]["passage_prefix"] = ""
     jobs = _dry(models_run, models_config(models), "e5-prefixes.yaml")
-    assert jobs["encode_corpus_dense"] == jobs["dense_index"] == jobs["encode_queries_dense"] == 1
+    assert jobs["encode_corpus_dense"] == jobs["dense_block_search"] == jobs["encode_queries_dense"] == 1
     # a retrieval-stage setting of SPLADE re-indexes without re-encoding
     models = copy.deepcopy(MODELS)
     models["splade"]["quantization"] = {"scale": 100}
@@ -128,8 +129,8 @@ def test_adding_and_removing_models_touch_nothing_else(models_run: Path, tmp_pat
     assert _dry(models_run, cfg, "added.yaml") == {
         "encode_corpus_dense": 1,
         "encode_queries_dense": 1,
-        "dense_index": 1,
-        "dense_search": 1,
+        "dense_block_search": 1,
+        "dense_merge": 1,
         "evaluate": 1,
         "tables": 1,
     }
