@@ -145,16 +145,8 @@ def main() -> None:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
 
 
-def _cpus(text: str) -> list[int]:
-    cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
 def measure(args: argparse.Namespace, work: Path, baseline: Path | None, available: list[int]) -> None:
-    from encode_speed import make_texts
+    from encode_speed import cpu_list, make_texts
 
     from miracl_eval import schemas
     from miracl_eval.offline.tiny import build_tiny_checkpoint, texts_from_corpora
@@ -182,7 +174,9 @@ def measure(args: argparse.Namespace, work: Path, baseline: Path | None, availab
     print(f"{args.n} passages, {statistics.mean(lengths):.0f} XLM-R tokens on average (first 2,000), "
           f"tokenizer {tokenizer}; baseline {args.baseline}; CPUs here: {len(available)}")  # fmt: skip
 
-    sets = [_cpus(s) for s in args.cpu_sets] if args.cpu_sets else [available[:k] for k in sorted({1, len(available)})]
+    sets = (
+        [cpu_list(s) for s in args.cpu_sets] if args.cpu_sets else [available[:k] for k in sorted({1, len(available)})]
+    )
     configs: list[tuple[str, str, str, int, Path]] = []
     for cpu_set in sets:
         k, cpus = len(cpu_set), ",".join(map(str, cpu_set))
