@@ -80,22 +80,27 @@ def child(args: argparse.Namespace) -> dict:
             index.add(np.ascontiguousarray(vecs))
             ids.extend(batch_ids.to_pylist())
         q = np.array(pq.read_table(args.queries)["vector"].to_pylist(), dtype=np.float32)
-        _, labels = index.search(q, args.hits)
+        distances, labels = index.search(q, args.hits)
         hits = [[ids[j] for j in row] for row in labels]
+        scores = distances.tolist()
     elif args.child == "block":
         from miracl_eval.faiss.blocks import block_search
 
         block_search(shards, {"x": args.queries}, args.out, hits=args.hits)
-        hits = []
+        hits, scores = [], []
     else:
         from miracl_eval.faiss.blocks import merge_blocks
 
         merge_blocks(args.shards.split(","), "x", args.out, args.out + ".trec", hits=args.hits)
         run = pq.read_table(args.out)
         hits = [[] for _ in range(args.n_queries)]
-        for qid, docid in zip(run["qid"].to_pylist(), run["docid"].to_pylist(), strict=True):
+        scores = [[] for _ in range(args.n_queries)]
+        for qid, docid, score in zip(
+            run["qid"].to_pylist(), run["docid"].to_pylist(), run["score"].to_pylist(), strict=True
+        ):
             hits[int(qid[1:])].append(docid)
-    return {"wall": time.perf_counter() - started, "cpu": time.process_time() - cpu0, "hits": hits}
+            scores[int(qid[1:])].append(score)
+    return {"wall": time.perf_counter() - started, "cpu": time.process_time() - cpu0, "hits": hits, "scores": scores}
 
 
 def run_child(argv: list[str]) -> tuple[dict, float, float]:
@@ -130,7 +135,7 @@ def main() -> None:
     scale_block = yaml.safe_load((REPO / "scale.yaml").read_text()).get("dense_index", {}).get("block_size", 4_000_000)
     per_block = max(1, args.block // SHARD)
     last = None
-    print(f"{'passages':>9} {'side':6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}   same hits")
+    print(f"{'passages':>9} {'side':6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}   hits against flat")
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="block-search-") as tmp:
             work = Path(tmp)
@@ -150,7 +155,12 @@ def main() -> None:
                 ["--child", "merge", "--shards", ",".join(block_files), "--out", str(work / "run.parquet"),
                  "--n-queries", str(args.queries), *common]
             )  # fmt: skip
-            same = merged["hits"] == flat["hits"]
+            same_sets = sum(set(a) == set(b) for a, b in zip(merged["hits"], flat["hits"], strict=True))
+            same_order = sum(a == b for a, b in zip(merged["hits"], flat["hits"], strict=True))
+            score_diff = max(abs(x - y) for a, b in zip(merged["scores"], flat["scores"], strict=True)
+                             for x, y in zip(a, b, strict=True))  # fmt: skip
+            same = (f"same passages {same_sets}/{args.queries} queries, same order {same_order}/{args.queries} "
+                    f"(ties within float32 rounding: max |score diff| {score_diff:.1e})")  # fmt: skip
             ours_wall, ours_cpu = block_wall + merged["wall"], block_cpu + merge_cpu
             print(f"{n:>9} {'flat':6} {flat['wall']:8.1f} {flat_cpu:8.1f} {flat_rss:8.0f}")
             print(f"{n:>9} {'blocks':6} {ours_wall:8.1f} {ours_cpu:8.1f} {max(block_rss, merge_rss):8.0f}   "
@@ -161,13 +171,15 @@ def main() -> None:
     if last is None:
         return
     n, cpu_ratio, rss, block = last
-    per_passage_mb = rss / min(n, block)
-    print(f"\nextrapolated with scale.yaml's block of {scale_block:,} passages (peak memory per block passage at "
-          f"{n:,}: {per_passage_mb * 1024:.1f} KB):")  # fmt: skip
+    vectors_mb = min(n, block) * DIM * 4 / 2**20
+    fixed_mb = rss - vectors_mb  # the process, a query batch's scores, read buffers: whatever the block's size
+    print(f"\nextrapolated with scale.yaml's block of {scale_block:,} passages (a block job's peak at {n:,}: "
+          f"{rss:.0f} MB = {vectors_mb:.0f} MB of vectors + {fixed_mb:.0f} MB besides):")  # fmt: skip
     for name, (passages, queries) in TARGETS.items():
         jobs = -(-passages // scale_block)
-        print(f"  {name}: {jobs} search jobs, each about {min(passages, scale_block) * per_passage_mb / 1024:.1f} GB; "
-              f"{queries:,} queries; total CPU about {cpu_ratio:.2f}x one flat index's (the ratio at {n:,})")  # fmt: skip
+        peak = (fixed_mb + min(passages, scale_block) * DIM * 4 / 2**20) / 1024
+        print(f"  {name}: {jobs} search jobs, each about {peak:.1f} GB; {queries:,} queries; total CPU about "
+              f"{cpu_ratio:.2f}x one flat index's (the ratio at {n:,})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -122,3 +122,10 @@ def test_scale_affine_fit_is_a_fixed_plus_a_per_passage_cost() -> None:
     )
     # a slope of log-log under 1 (a fixed cost) extrapolates below the linear fit at 33x
     assert scale.slope(xs, [2 + 3e-5 * x for x in xs]) < 0.9
+
+
+def test_block_search_compares_blocks_with_one_flat_index() -> None:
+    pytest.importorskip("faiss")
+    out = _run("benchmarks/block_search.py", "--sizes", "3000", "--queries", "7", "--hits", "50", "--block", "100000")
+    assert re.search(r"^\s+3000 flat .*\n\s+3000 blocks .*same passages 7/7 queries", out, re.M), out
+    assert re.search(r"MIRACL English: 9 search jobs, each about [\d.]+ GB", out), out
