@@ -230,8 +230,9 @@ def merge_blocks(
         for group, (chunk_part, _) in enumerate(chunks):
             if chunk_part != part:
                 continue
-            table = pa.concat_tables([f.read_row_group(group) for f in files])
-            qids = pc.unique(files[0].read_row_group(group, columns=["qid"]).column("qid"))
+            parts = [f.read_row_group(group) for f in files]
+            qids = pc.unique(parts[0].column("qid"))  # every block lists the chunk's queries, in order
+            table = pa.concat_tables(parts)
             qpos = pc.index_in(table.column("qid"), value_set=qids).to_numpy()
             writer.write(rank_table(qids, qpos, table.column("docid"), table.column("score").to_numpy(), depth=hits))
             queries += len(qids)
