@@ -8,7 +8,7 @@ Ids are strings everywhere: MIRACL query ids can be integers (``6``) or look lik
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -130,8 +130,9 @@ def iter_batches(
     schema: pa.Schema | None = None,
     batch_rows: int = BATCH_ROWS,
     columns: Iterable[str] | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream a Parquet file in record batches of at most ``batch_rows`` rows."""
+    """Stream a Parquet file (or only its ``row_groups``) in record batches of at most ``batch_rows`` rows."""
     try:
         pfile = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as err:
@@ -140,7 +141,8 @@ def iter_batches(
         _check_schema(path, pfile.schema_arrow, schema)
     cols = list(columns) if columns is not None else (schema.names if schema is not None else None)
     try:
-        yield from pfile.iter_batches(batch_size=batch_rows, columns=cols)
+        groups = None if row_groups is None else list(row_groups)
+        yield from pfile.iter_batches(batch_size=batch_rows, columns=cols, row_groups=groups)
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(path, f"corrupt Parquet file ({err})") from err
 

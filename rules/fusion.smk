@@ -1,6 +1,7 @@
 # BGE-M3's multi-vector rerank and weighted fusion, per model of the bge-m3 family. Component
 # scores are computed exactly for every candidate and kept, so that new fusion weights re-run
-# only `fuse` and evaluation.
+# only `fuse` and evaluation. The union's scores come from the stored vectors (a CPU job reading
+# the row groups its candidates live in); the rerank's from one encoding of each candidate passage.
 
 M3_MODELS = _alternatives(models_with("multivec"))
 
@@ -12,6 +13,7 @@ rule union_components:
         queries=PATHS["queries"],
         query_dense=path("encoded_queries", kind="dense"),
         query_sparse=path("encoded_queries", kind="sparse"),
+        corpus=part_corpus(PATHS["corpus"]),
         blocks=corpus_blocks,
     output:
         path("scores", kind="union"),
@@ -41,7 +43,6 @@ rule rerank_components:
         corpus=part_corpus(PATHS["corpus"]),
         query_dense=path("encoded_queries", kind="dense"),
         query_sparse=path("encoded_queries", kind="sparse"),
-        blocks=corpus_blocks,
         model=model_input,
     output:
         path("scores", kind="rerank"),
@@ -58,8 +59,6 @@ rule rerank_components:
         **request("rerank_components"),
         gpu=GPU,
     params:
-        passage_dense=corpus_shards("dense"),
-        passage_sparse=corpus_shards("sparse"),
         depth=model_setting("rerank_depth"),
         chunk_size=config["query_chunk"],
         spec=encoder_spec(),

@@ -7,13 +7,7 @@ from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 i, p = sm.input, sm.params
-scored = {
-    "query_dense": i.query_dense,
-    "query_sparse": i.query_sparse,
-    "passage_dense": list(p.passage_dense),
-    "passage_sparse": list(p.passage_sparse),
-    "output": sm.output[0],
-}
+scored = {"query_dense": i.query_dense, "query_sparse": i.query_sparse, "output": sm.output[0]}
 run_stage(
     sm,
     Call(

@@ -20,6 +20,7 @@ run_stage(
         "miracl_eval.fusion.components",
         "union_components_stage",
         plain((i.dense_run, i.sparse_run, i.queries, sm.params.chunk_size, int(sm.wildcards.chunk), scored)),
+        plain({"corpus": i.corpus}),
     ),
     preload=sm.config["preload"],
 )

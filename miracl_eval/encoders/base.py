@@ -393,6 +393,12 @@ class TransformerEncoder:
         if not texts:
             return
         ids, lengths = self.tokenize(texts, max_length)
+        yield from self.iter_token_batches(ids, lengths, batch_size, kinds)
+
+    def iter_token_batches(
+        self, ids: np.ndarray, lengths: np.ndarray, batch_size: int, kinds: Sequence[str]
+    ) -> Iterator[Batch]:
+        """Encode tokenized texts (:meth:`tokenize`'s ids and lengths) longest first, one batch at a time."""
         order = np.argsort(-lengths, kind="stable")
         for start in range(0, len(order), batch_size):
             pos = order[start : start + batch_size]

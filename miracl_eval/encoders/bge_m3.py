@@ -24,7 +24,7 @@ passages it needs to score.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,29 @@ def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto", mul
     return BgeM3Encoder(ckpt, spec, sparse, colbert)
 
 
+#: padded query tokens whose multi-vector outputs a rerank holds at once (1 GiB of float32 at 1024
+#: dimensions): queries are scored in groups of this many tokens, whatever the query chunk
+QUERY_TOKENS = 1 << 18
+
+#: ``on_batch(pair indices, the pairs' rows in the batch, batch)``: called for each passage batch
+BatchHook = Callable[[np.ndarray, np.ndarray, Batch], None]
+
+
+def query_groups(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
+    """Consecutive runs of query indices whose padded size (count x longest) stays within ``budget``
+    tokens (a longer query is a group of its own)."""
+    groups: list[np.ndarray] = []
+    start, longest = 0, 0
+    for i, n in enumerate(lengths.tolist()):
+        if i > start and max(longest, n) * (i - start + 1) > budget:
+            groups.append(np.arange(start, i))
+            start, longest = i, 0
+        longest = max(longest, n)
+    if len(lengths):
+        groups.append(np.arange(start, len(lengths)))
+    return groups
+
+
 @torch.inference_mode()
 def multivec_scores(
     model: BgeM3Encoder,
@@ -164,40 +187,74 @@ def multivec_scores(
     passages: Mapping[str, str],
     pairs: Sequence[tuple[int, str]],
     batch_size: int,
+    *,
+    passage_kinds: Sequence[str] = (),
+    on_batch: BatchHook | None = None,
+    query_tokens: int = QUERY_TOKENS,
 ) -> np.ndarray:
     """ColBERT scores (float32, aligned with ``pairs``) of ``(query index, docid)`` pairs.
 
     ``queries[i]`` is the text of query index ``i``; ``passages[docid]`` that of a passage; the
-    max lengths are the spec's. Every distinct passage is encoded once per call, in chunks,
-    and its token vectors are dropped once its pairs are scored: memory is bounded by the
-    chunk, not by the number of candidates.
+    max lengths are the spec's. Queries are taken in groups of at most ``query_tokens`` padded
+    tokens; every distinct passage of a group's pairs is encoded once, in chunks, and its token
+    vectors are dropped once its pairs are scored: memory is bounded by the group and the chunk,
+    not by the number of queries or candidates.
+
+    The same forward pass gives the passage's other outputs: ``passage_kinds`` (``dense``,
+    ``sparse``) are computed too, and ``on_batch`` sees each passage batch with the pairs it
+    scores (the rerank's dense and sparse scores, :mod:`miracl_eval.fusion.rerank`).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     scores = np.zeros(len(pairs), dtype=np.float32)
     if not pairs:
         return scores
-    by_doc: dict[str, list[int]] = {}
+    pair_q = np.empty(len(pairs), dtype=np.int64)
     for k, (qi, docid) in enumerate(pairs):
         if not 0 <= qi < len(queries):
             raise IndexError(f"pair {k}: query index {qi} is out of range (0..{len(queries) - 1})")
         if docid not in passages:
             raise KeyError(f"pair {k}: docid {docid!r} is not among the given passages")
-        by_doc.setdefault(docid, []).append(k)
-    pair_q = np.array([qi for qi, _ in pairs], dtype=np.int64)
-    dev = model.device
-
-    # Queries: all needed ones, padded into one tensor on the device.
+        pair_q[k] = qi
     q_index = np.unique(pair_q)
-    q_slot = np.full(len(queries), -1, dtype=np.int64)
-    q_slot[q_index] = np.arange(len(q_index))
-    q_lens = torch.zeros(len(q_index), dtype=torch.long, device=dev)
-    q_vecs: torch.Tensor | None = None
     q_texts = model.prepare([queries[i] for i in q_index], "query")
-    for batch in model.iter_batches(q_texts, model.max_length("query"), batch_size, (MULTIVEC,)):
+    q_ids, q_lengths = model.tokenize(q_texts, model.max_length("query"))
+    kinds = (MULTIVEC, *[k for k in passage_kinds if k != MULTIVEC])
+    for group in query_groups(q_lengths, query_tokens):
+        in_group = np.isin(pair_q, q_index[group])
+        ks = np.flatnonzero(in_group)
+        by_doc: dict[str, list[int]] = {}
+        for k in ks.tolist():
+            by_doc.setdefault(pairs[k][1], []).append(k)
+        width = int(q_lengths[group].max())
+        tokens = (q_ids[group, :width], q_lengths[group])
+        _score_group(model, tokens, q_index[group], pair_q, passages, by_doc, batch_size, kinds, scores, on_batch)
+    return scores
+
+
+def _score_group(
+    model: BgeM3Encoder,
+    q_tokens: tuple[np.ndarray, np.ndarray],
+    q_ids: np.ndarray,
+    pair_q: np.ndarray,
+    passages: Mapping[str, str],
+    by_doc: dict[str, list[int]],
+    batch_size: int,
+    kinds: Sequence[str],
+    scores: np.ndarray,
+    on_batch: BatchHook | None,
+) -> None:
+    """Score the pairs of one query group (queries ``q_ids``, tokenized: ``q_tokens``)."""
+    dev = model.device
+    # Queries: the group's, padded into one tensor on the device.
+    q_slot = np.full(int(q_ids.max()) + 1, -1, dtype=np.int64)
+    q_slot[q_ids] = np.arange(len(q_ids))
+    q_lens = torch.zeros(len(q_ids), dtype=torch.long, device=dev)
+    q_vecs: torch.Tensor | None = None
+    for batch in model.iter_token_batches(*q_tokens, batch_size, (MULTIVEC,)):
         vecs = batch.tensors[MULTIVEC]
         if q_vecs is None:  # the first batch is the longest
-            q_vecs = torch.zeros(len(q_index), vecs.shape[1], vecs.shape[2], device=dev)
+            q_vecs = torch.zeros(len(q_ids), vecs.shape[1], vecs.shape[2], device=dev)
         pos = torch.from_numpy(batch.positions).to(dev)
         q_vecs[pos, : vecs.shape[1]] = vecs
         q_lens[pos] = torch.from_numpy(batch.lengths - 1).to(dev)
@@ -211,7 +268,7 @@ def multivec_scores(
     for start in range(0, len(docids), chunk):
         chunk_ids = docids[start : start + chunk]
         texts = model.prepare([passages[d] for d in chunk_ids], "passage")
-        for batch in model.iter_batches(texts, p_max_length, batch_size, (MULTIVEC,)):
+        for batch in model.iter_batches(texts, p_max_length, batch_size, kinds):
             p_vecs = batch.tensors[MULTIVEC]  # [B, Lp, d], zero past each passage's end
             p_valid = (
                 torch.arange(p_vecs.shape[1], device=dev)[None, :]
@@ -227,4 +284,5 @@ def multivec_scores(
                 sim.masked_fill_(~p_valid[prow][:, None, :], -math.inf)
                 best = sim.max(dim=-1).values.masked_fill(~q_valid[qrow], 0.0)
                 scores[ks] = (best.sum(dim=1) / q_lens[qrow]).cpu().numpy()
-    return scores
+            if on_batch is not None:
+                on_batch(np.array([k for _, k in rows], dtype=np.int64), np.array([r for r, _ in rows]), batch)

@@ -28,26 +28,13 @@ from miracl_eval.encoders import PRELOAD_MODULES, base, blocks, pipeline
 from miracl_eval.encoders.base import DENSE, SPARSE, HostSettings, Role, TransformerEncoder
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
-from miracl_eval.inputs.preprocess import join_title
+from miracl_eval.inputs.passages import passage_texts, text_columns
 from miracl_eval.types import PathLike
 
 #: imported once by a preload server before it forks these stages' jobs (:mod:`miracl_eval.jobs.preload`)
 PRELOAD = PRELOAD_MODULES
 
 log = logging.getLogger(__name__)
-
-
-def text_columns(title_join: str | None) -> list[str]:
-    """The corpus columns a passage's encoded text comes from (see the ``title_join`` setting)."""
-    return ["contents"] if title_join is None else ["title", "text"]
-
-
-def passage_texts(batch: pa.RecordBatch | pa.Table, title_join: str | None) -> list[str | None]:
-    """The encoded texts of corpus rows: ``contents``, or ``title``/``text`` joined by the template."""
-    if title_join is None:
-        return batch.column("contents").to_pylist()
-    titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
-    return [None if x is None else join_title(t or "", x, title_join) for t, x in zip(titles, texts, strict=True)]
 
 
 def _iter_rows(path: PathLike, columns: Sequence[str], start: int, stop: int, chunk: int) -> Iterator[pa.RecordBatch]:

@@ -66,8 +66,10 @@ def iter_vector_batches(
     batch_rows: int = schemas.BATCH_ROWS,
     dtype: type | None = np.float32,
     dim: int | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> Iterator[tuple[pa.Array, np.ndarray]]:
-    """Stream ``(ids, vectors)`` from one vector Parquet file or a list of shards, in order.
+    """Stream ``(ids, vectors)`` from one vector Parquet file or a list of shards, in order
+    (``row_groups``: only these row groups of each file).
 
     ``ids`` is a pyarrow string array; ``vectors`` an ``(n, dim)`` array of ``dtype`` (``None``
     keeps the stored float16/float32). Every shard must have the same dimension (``dim`` if
@@ -80,7 +82,7 @@ def iter_vector_batches(
             dim = d
         elif d != dim:
             raise InputError(path, f"vectors have dimension {d}, expected {dim} (as the first shard)")
-        for batch in schemas.iter_batches(path, batch_rows=batch_rows, columns=[k, "vector"]):
+        for batch in schemas.iter_batches(path, batch_rows=batch_rows, columns=[k, "vector"], row_groups=row_groups):
             ids = batch.column(k)
             if ids.null_count:
                 raise InputError(path, f"{ids.null_count} null id(s) in column '{k}'")
@@ -120,8 +122,10 @@ def iter_sparse_batches(
     paths: PathLike | Sequence[PathLike],
     key: str | None = None,
     batch_rows: int = schemas.BATCH_ROWS,
+    row_group: int | None = None,
 ) -> Iterator[SparseBatch]:
-    """Stream lexical weights from one Parquet file or a list of shards, validated.
+    """Stream lexical weights from one Parquet file or a list of shards, validated (``row_group``:
+    only this row group of each file; records are still numbered from the file's first).
 
     ``key`` is the id column (``docid`` or ``qid``; found from the schema when ``None``).
     Rows whose token and weight lists differ in length, repeat a token or hold a negative or
@@ -137,7 +141,13 @@ def iter_sparse_batches(
         if k is None or k not in names:
             raise InputError(path, f"not a lexical weights file: no '{key or 'docid/qid'}' column")
         row0 = 0
-        for batch in schemas.iter_batches(path, batch_rows=batch_rows, columns=[k, "token_ids", "weights"]):
+        groups = None
+        if row_group is not None:
+            meta = pq.read_metadata(path)
+            row0 = sum(meta.row_group(g).num_rows for g in range(row_group))
+            groups = [row_group]
+        columns = [k, "token_ids", "weights"]
+        for batch in schemas.iter_batches(path, batch_rows=batch_rows, columns=columns, row_groups=groups):
             ids = batch.column(k)
             if ids.null_count:
                 raise InputError(path, f"null id(s) in column '{k}'")

@@ -23,12 +23,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from miracl_eval import schemas
 from miracl_eval.encoders.outputs import SparseBatch, iter_sparse_batches, iter_vector_batches
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.fusion.candidates import PAIRS
 from miracl_eval.fusion.weighted import COMPONENT_NAMES, COMPONENTS, MissingComponentError
+from miracl_eval.inputs.passages import CorpusRows, read_bytes
 from miracl_eval.types import PathLike
 
 SCORE_CHUNK = 16_384
@@ -172,13 +174,41 @@ class SparseLookup(_IdLookup):
 class _Shards(abc.ABC):
     """Passage representations left in their shards and read batch by batch while scoring, so that a
     query chunk whose candidates name most of the corpus never holds the corpus's vectors (MessIRve:
-    14M passages, 57 GB of float32 vectors); only the ids are read whole (tens of bytes a passage)."""
+    14M passages, 57 GB of float32 vectors).
 
-    def __init__(self, paths: PathLike | Sequence[PathLike]) -> None:
+    With the corpus's rows (``corpus``: shards tile the corpus's rows in order), a candidate's shard
+    and row group follow from its row, and only the row groups that hold candidates are read (each
+    checked to hold the docids the corpus puts there); without them, every shard's ids are read
+    whole (tens of bytes a passage) and every batch is scanned.
+    """
+
+    def __init__(self, paths: PathLike | Sequence[PathLike], corpus: CorpusRows | None = None) -> None:
         self.paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        self.corpus = corpus
+        #: stored bytes of the row groups read while scoring (with ``corpus``)
+        self.bytes_read = 0
+
+    def _groups(self) -> list[tuple[PathLike, int, int, int]]:
+        """``(path, row group, first row in the shards' concatenation, rows)`` of every row group."""
+        out = []
+        start = 0
+        for path in self.paths:
+            try:
+                meta = pq.read_metadata(path)
+            except (pa.ArrowInvalid, OSError) as err:
+                raise InputError(path, f"cannot read Parquet file ({err})") from err
+            for g in range(meta.num_row_groups):
+                n = meta.row_group(g).num_rows
+                out.append((path, g, start, n))
+                start += n
+        return out
 
     def rows(self, component: str, docids: pa.ChunkedArray) -> np.ndarray:
         """Row of each docid in the shards' concatenation; a docid stored nowhere is an error."""
+        if self.corpus is not None:
+            rows = self.corpus.find(docids)
+            total = sum(n for *_, n in self._groups())
+            return _found(component, "passage", docids, np.where(rows < total, rows, -1))
         batches = [b.column("docid") for p in self.paths for b in schemas.iter_batches(p, columns=["docid"])]
         ids = pa.concat_arrays(batches) if batches else pa.array([], pa.string())
         if ids.null_count:
@@ -187,16 +217,46 @@ class _Shards(abc.ABC):
         return _found(component, "passage", docids, _rows(docids, ids))
 
     @abc.abstractmethod
-    def _batches(self) -> Iterator[tuple[int, Any]]:
-        """``(row of the batch's first passage, batch)`` of every batch of the shards, in order."""
+    def _read(self, path: PathLike, group: int | None) -> Iterator[tuple[pa.Array, Any]]:
+        """``(docids, batch)`` of every batch of one shard (``group``: of that row group only), in order."""
+
+    def _batches(self, needed: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """``(row of the batch's first passage, batch)`` of the batches that hold ``needed`` rows (sorted)."""
+        if self.corpus is None:
+            start = 0
+            for path in self.paths:
+                for _, batch in self._read(path, None):
+                    yield start, batch
+                    start += len(batch)
+            return
+        for path, group, start, n in self._groups():
+            lo, hi = np.searchsorted(needed, [start, start + n])
+            if hi == lo:
+                continue
+            self.bytes_read += read_bytes(pq.ParquetFile(path), [group], pq.read_schema(path).names)
+            at = start
+            for ids, batch in self._read(path, group):
+                a, b = np.searchsorted(needed, [at, at + len(ids)])
+                here = needed[a:b]
+                expected = self.corpus.docids.take(pa.array(here))
+                stored = ids.take(pa.array(here - at))
+                if not pc.all(pc.equal(expected, stored)).as_py():
+                    bad = int(np.flatnonzero(~pc.equal(expected, stored).to_numpy(zero_copy_only=False))[0])
+                    raise InputError(
+                        path,
+                        f"row {int(here[bad] - start) + 1} of row group {group} holds docid {stored[bad].as_py()!r}, "
+                        f"the corpus has {expected[bad].as_py()!r} there: the shards do not follow the corpus's rows",
+                    )
+                yield at, batch
+                at += len(ids)
 
     def scatter(self, rows: np.ndarray, score: Callable[[np.ndarray, np.ndarray, Any], np.ndarray]) -> np.ndarray:
-        """``out[i] = score(pair indices, their rows in the batch, batch)`` over every batch of the
-        shards, each batch read once; ``rows`` from :meth:`rows`."""
+        """``out[i] = score(pair indices, their rows in the batch, batch)`` over the batches of the
+        shards that hold ``rows`` (from :meth:`rows`), each batch read once."""
         out = np.empty(len(rows), dtype=np.float64)
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
-        for start, batch in self._batches():
+        for start, batch in self._batches(np.unique(ordered)):
             lo, hi = np.searchsorted(ordered, [start, start + len(batch)])
             if hi > lo:
                 idx = order[lo:hi]
@@ -207,21 +267,17 @@ class _Shards(abc.ABC):
 class VectorShards(_Shards):
     """Passage vectors in their shards (``(docid, vector)`` Parquet), for :func:`dense_scores`."""
 
-    def _batches(self) -> Iterator[tuple[int, np.ndarray]]:
-        start = 0
-        for _, vectors in iter_vector_batches(self.paths, key="docid", dtype=None):
-            yield start, vectors
-            start += len(vectors)
+    def _read(self, path: PathLike, group: int | None) -> Iterator[tuple[pa.Array, np.ndarray]]:
+        groups = None if group is None else [group]
+        yield from iter_vector_batches([path], key="docid", dtype=None, row_groups=groups)
 
 
 class WeightShards(_Shards):
     """Passage lexical weights in their shards (``schemas.SPARSE`` Parquet), for :func:`sparse_scores`."""
 
-    def _batches(self) -> Iterator[tuple[int, SparseBatch]]:
-        start = 0
-        for batch in iter_sparse_batches(self.paths, key="docid"):
-            yield start, batch
-            start += len(batch)
+    def _read(self, path: PathLike, group: int | None) -> Iterator[tuple[pa.Array, SparseBatch]]:
+        for batch in iter_sparse_batches([path], key="docid", row_group=group):
+            yield batch.ids, batch
 
 
 def _pairs(pairs: pa.Table) -> pa.Table:
@@ -231,7 +287,7 @@ def _pairs(pairs: pa.Table) -> pa.Table:
     return pairs
 
 
-def _lookup_rows(component: str, what: str, ids: pa.ChunkedArray, lookup: VectorLookup | SparseLookup) -> np.ndarray:
+def lookup_rows(component: str, what: str, ids: pa.ChunkedArray, lookup: VectorLookup | SparseLookup) -> np.ndarray:
     return _found(component, what, ids, lookup.rows(ids))
 
 
@@ -245,7 +301,7 @@ def _found(component: str, what: str, ids: pa.ChunkedArray, rows: np.ndarray) ->
     return rows
 
 
-def _dots(queries: np.ndarray, qrows: np.ndarray, passages: np.ndarray, prows: np.ndarray) -> np.ndarray:
+def dense_dots(queries: np.ndarray, qrows: np.ndarray, passages: np.ndarray, prows: np.ndarray) -> np.ndarray:
     """``queries[qrows[i]] . passages[prows[i]]`` in float64, :data:`SCORE_CHUNK` pairs at a time."""
     if queries.shape[1] != passages.shape[1] and len(qrows):
         raise MiraclEvalError(
@@ -268,13 +324,13 @@ def dense_scores(
     batch (:class:`VectorShards`): the same scores, bit for bit.
     """
     pairs = _pairs(pairs)
-    qrows = _lookup_rows("dense", "query", pairs.column("qid"), query_vectors)
+    qrows = lookup_rows("dense", "query", pairs.column("qid"), query_vectors)
     q = query_vectors.vectors
     if isinstance(passage_vectors, VectorShards):
         prows = passage_vectors.rows("dense", pairs.column("docid"))
-        return passage_vectors.scatter(prows, lambda idx, rows, batch: _dots(q, qrows[idx], batch, rows))
-    prows = _lookup_rows("dense", "passage", pairs.column("docid"), passage_vectors)
-    return _dots(q, qrows, passage_vectors.vectors, prows)
+        return passage_vectors.scatter(prows, lambda idx, rows, batch: dense_dots(q, qrows[idx], batch, rows))
+    prows = lookup_rows("dense", "passage", pairs.column("docid"), passage_vectors)
+    return dense_dots(q, qrows, passage_vectors.vectors, prows)
 
 
 def sparse_scores(
@@ -287,18 +343,18 @@ def sparse_scores(
     (:class:`SparseLookup`) or read from their shards batch by batch (:class:`WeightShards`).
     """
     pairs = _pairs(pairs)
-    qrows = _lookup_rows("sparse", "query", pairs.column("qid"), query_weights)
+    qrows = lookup_rows("sparse", "query", pairs.column("qid"), query_weights)
     if isinstance(passage_weights, WeightShards):
         prows = passage_weights.rows("sparse", pairs.column("docid"))
         return passage_weights.scatter(
-            prows, lambda idx, rows, b: _sparse_dots(query_weights, qrows[idx], b.indptr, b.tokens, b.weights, rows)
+            prows, lambda idx, rows, b: sparse_dots(query_weights, qrows[idx], b.indptr, b.tokens, b.weights, rows)
         )
-    prows = _lookup_rows("sparse", "passage", pairs.column("docid"), passage_weights)
+    prows = lookup_rows("sparse", "passage", pairs.column("docid"), passage_weights)
     p = passage_weights
-    return _sparse_dots(query_weights, qrows, p.indptr, p.tokens, p.weights, prows)
+    return sparse_dots(query_weights, qrows, p.indptr, p.tokens, p.weights, prows)
 
 
-def _sparse_dots(
+def sparse_dots(
     query_weights: SparseLookup,
     qrows: np.ndarray,
     indptr: np.ndarray,
@@ -335,7 +391,7 @@ def _sparse_dots(
     return out
 
 
-def _checked(name: str, scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
+def checked_scores(name: str, scores: np.ndarray | Sequence[float], n: int) -> np.ndarray:
     arr = np.asarray(scores, dtype=np.float64)
     if arr.shape != (n,):
         raise MissingComponentError(f"{name}: {arr.shape} scores for {n} candidate pairs")
@@ -362,11 +418,11 @@ def score_components(
     if (query_weights is None) != (passage_weights is None):
         raise ValueError("sparse scores need both query_weights and passage_weights")
     if query_vectors is not None and passage_vectors is not None:
-        cols["dense"] = pa.array(_checked("dense", dense_scores(pairs, query_vectors, passage_vectors), n))
+        cols["dense"] = pa.array(checked_scores("dense", dense_scores(pairs, query_vectors, passage_vectors), n))
     if query_weights is not None and passage_weights is not None:
-        cols["sparse"] = pa.array(_checked("sparse", sparse_scores(pairs, query_weights, passage_weights), n))
+        cols["sparse"] = pa.array(checked_scores("sparse", sparse_scores(pairs, query_weights, passage_weights), n))
     if multivec is not None:
-        cols["multivec"] = pa.array(_checked("multivec", multivec(pairs), n))
+        cols["multivec"] = pa.array(checked_scores("multivec", multivec(pairs), n))
     return components_table(pairs, **cols)
 
 

@@ -221,3 +221,41 @@ def test_exact_search_in_small_blocks_gives_the_runs_of_one_block(m3_run: Path, 
         log = (tmp_path / f"logs/miracl/dense_block_search/bge-m3/{lang}/00001-00001.log").read_text()
         assert "block search on cpu" in log  # where the search ran
     assert not (tmp_path / "resources/miracl/indexes/sw/bge-m3").exists()  # no index of the whole corpus
+
+
+def test_rerank_scores_from_one_pass_equal_the_stored_vectors_scores(m3_run: Path) -> None:
+    """The rerank's dense and sparse scores (from one encoding of each candidate passage) equal the
+    stored-vector scores of the same pairs (the union's way: every shard scanned) to 1e-5, and so do
+    the fused values of ``all`` (dense + 0.3 sparse + multi-vector)."""
+    from miracl_eval.fusion.components import score_candidates
+
+    res = m3_run / "resources" / "miracl"
+    for lang in LANGS:
+        rerank = pq.read_table(sorted((res / "scores/bge-m3" / lang / "rerank").glob("*.parquet")))
+        assert len(rerank) > 100
+        queries = res / "encoded/bge-m3/queries" / lang
+        shards = res / "encoded/bge-m3/corpus" / lang
+        stored = score_candidates(
+            rerank.select(["qid", "docid"]),
+            queries / "dense.parquet",
+            queries / "sparse.parquet",
+            sorted((shards / "dense").glob("*.parquet")),
+            sorted((shards / "sparse").glob("*.parquet")),
+        )
+        for name in ("dense", "sparse"):
+            np.testing.assert_allclose(rerank[name].to_numpy(), stored[name].to_numpy(), atol=1e-5, rtol=0)
+        assert (stored["sparse"].to_numpy() > 0).mean() > 0.3  # the tiny model's lexical scores are not all 0
+        fused = pq.read_table(m3_run / "runs/miracl" / lang / "bge-m3/all.parquet")
+        by_pair = {
+            (q, d): wd + 0.3 * ws
+            for q, d, wd, ws in zip(*(stored[c].to_pylist() for c in ("qid", "docid", "dense", "sparse")), strict=True)
+        }
+        multivec = dict(
+            zip(
+                zip(rerank["qid"].to_pylist(), rerank["docid"].to_pylist(), strict=True),
+                rerank["multivec"].to_pylist(),
+                strict=True,
+            )
+        )
+        for q, d, score in zip(*(fused[c].to_pylist() for c in ("qid", "docid", "score")), strict=True):
+            assert score == pytest.approx(by_pair[(q, d)] + multivec[(q, d)], abs=1e-5)

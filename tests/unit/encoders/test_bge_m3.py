@@ -258,3 +258,43 @@ def test_bad_lengths(ckpt):
 def test_family_module_does_not_import_flagembedding():
     source = Path(bge_m3.__file__).read_text(encoding="utf-8")
     assert "import FlagEmbedding" not in source and "from FlagEmbedding" not in source
+
+
+def _stored_queries(enc, qids, queries):
+    """The queries' dense and sparse outputs as the rerank reads them (stored by the query encoding)."""
+    import pyarrow as pa
+
+    from miracl_eval.fusion.scores import SparseLookup, VectorLookup
+
+    out = enc.encode(queries, "query", batch_size=4)
+    assert out.dense is not None and out.sparse is not None
+    ids = pa.array(qids, pa.string())
+    indptr = np.r_[0, np.cumsum([len(t) for t, _ in out.sparse])]
+    tokens = np.concatenate([t for t, _ in out.sparse]).astype(np.int64)
+    weights = np.concatenate([w for _, w in out.sparse])
+    return VectorLookup(ids, out.dense), SparseLookup(ids, indptr, tokens, weights)
+
+
+@pytest.mark.parametrize("query_tokens", [None, 40])
+def test_one_pass_rerank_scores_equal_flagembedding_compute_score(enc, flag, query_tokens):
+    """The rerank's three scores from one encoding of each candidate (in query groups of 40 padded
+    tokens: several groups, passages shared between groups encoded again) equal FlagEmbedding's
+    ``compute_score`` on the same (query, passage) pairs."""
+    import pyarrow as pa
+
+    from miracl_eval.fusion.rerank import one_pass_scores
+
+    queries, passages = sample_queries(["en", "zh", "ar", "th"]), sample_passages(["en", "zh", "ar", "th"], 3)
+    qids = [f"q{i}" for i in range(len(queries))]
+    docs = {f"d{i}": t for i, t in enumerate(passages)}
+    pairs = [(q, d) for i, q in enumerate(qids) for j, d in enumerate(docs) if (i + j) % 3 == 0]
+    table = pa.table({"qid": [q for q, _ in pairs], "docid": [d for _, d in pairs]})
+    dense, sparse = _stored_queries(enc, qids, queries)
+    got = one_pass_scores(enc, table, dict(zip(qids, queries, strict=True)), dense, sparse, docs, 4, query_tokens)
+    theirs = flag.compute_score(
+        [(queries[int(q[1:])], docs[d]) for q, d in pairs], batch_size=4, max_query_length=32, max_passage_length=96
+    )
+    for ours, flag_name in (("dense", "dense"), ("sparse", "sparse"), ("multivec", "colbert")):
+        assert got[ours].dtype == np.float64 and got[ours].shape == (len(pairs),)
+        np.testing.assert_allclose(got[ours], theirs[flag_name], atol=TOL, err_msg=ours)
+    assert (got["sparse"] > 0).mean() > 0.2 and np.unique(np.round(got["multivec"], 5)).size > len(pairs) // 2

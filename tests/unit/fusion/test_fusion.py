@@ -22,6 +22,7 @@ from miracl_eval.fusion.scores import (
     sparse_scores,
 )
 from miracl_eval.fusion.weighted import COMPONENTS, MissingComponentError, fuse, fuse_stage
+from miracl_eval.inputs.passages import CorpusRows
 from miracl_eval.runs import read_run
 from tests.helpers import rank_hits, read_trec, sparse_dot, write_vectors, write_weights
 
@@ -187,6 +188,72 @@ def test_scores_from_shards_read_batch_by_batch_equal_those_from_memory(stored, 
     again = write_vectors(tmp_path / "again.parquet", ["d3"], np.ones((1, 8), np.float32), "float16")
     with pytest.raises(InputError, match="id d3 occurs more than once"):
         dense_scores(pairs, qv, VectorShards([*stored["pshards"], again]))
+
+
+def _regroup(path: Path, rows: int) -> Path:
+    """Rewrite a Parquet file in row groups of ``rows`` rows."""
+    pq.write_table(pq.read_table(path), path, row_group_size=rows)
+    return path
+
+
+def _corpus(path: Path, docids: list[str]) -> Path:
+    table = pa.table({"docid": docids, "contents": [f"text of {d}" for d in docids]})
+    pq.write_table(table, path, row_group_size=6)
+    return path
+
+
+def test_shards_located_through_the_corpus_read_only_the_candidates_row_groups(stored, tmp_path: Path) -> None:
+    """With the corpus's rows, a candidate's shard and row group follow from its row: the scores equal
+    the full scan's bit for bit, and only the row groups that hold candidates are read."""
+    for shard in [*stored["pshards"], *stored["sshards"]]:
+        _regroup(shard, 5)
+    rows = CorpusRows(_corpus(tmp_path / "corpus.parquet", stored["docids"]))
+    qv, qw = VectorLookup.from_parquet(stored["qpath"]), SparseLookup.from_parquet(stored["sq"])
+    pairs = stored["pairs"]  # 5 distinct passages: rows 0-40 of 51
+    dense, sparse = VectorShards(stored["pshards"], rows), WeightShards(stored["sshards"], rows)
+    assert (
+        dense_scores(pairs, qv, dense).tobytes() == dense_scores(pairs, qv, VectorShards(stored["pshards"])).tobytes()
+    )
+    assert (
+        sparse_scores(pairs, qw, sparse).tobytes()
+        == sparse_scores(pairs, qw, WeightShards(stored["sshards"])).tobytes()
+    )
+    assert 0 < dense.bytes_read < 0.6 * sum(p.stat().st_size for p in stored["pshards"])  # 4 of 11 row groups
+    everything = pa.table(
+        {"qid": [q for q in stored["qids"] for _ in stored["docids"]], "docid": stored["docids"] * 3}, schema=PAIRS
+    )
+    assert (
+        dense_scores(everything, qv, VectorShards(stored["pshards"], rows)).tobytes()
+        == dense_scores(everything, qv, VectorShards(stored["pshards"])).tobytes()
+    )
+    missing = pa.table({"qid": ["q0", "q1"], "docid": ["d1", "nowhere"]}, schema=PAIRS)
+    with pytest.raises(MissingComponentError, match="dense: no passage for 1 passage-id.*'nowhere'"):
+        dense_scores(missing, qv, VectorShards(stored["pshards"], rows))
+    swapped = [*stored["docids"]]
+    swapped[3], swapped[4] = swapped[4], swapped[3]
+    other = CorpusRows(_corpus(tmp_path / "other.parquet", swapped))
+    with pytest.raises(
+        InputError, match=r"p0.parquet: row 5 of row group 0 holds docid 'd4', the corpus has 'd3' there"
+    ):
+        dense_scores(pairs, qv, VectorShards(stored["pshards"], other))
+    longer = CorpusRows(_corpus(tmp_path / "longer.parquet", [*stored["docids"], "d99"]))
+    with pytest.raises(MissingComponentError, match="sparse: no passage .*'d99'"):
+        sparse_scores(
+            pa.table({"qid": ["q0"], "docid": ["d99"]}, schema=PAIRS), qw, WeightShards(stored["sshards"], longer)
+        )
+
+
+def test_corpus_rows_read_texts_of_the_needed_row_groups_only(tmp_path: Path) -> None:
+    docids = [f"d{i}" for i in range(30)]
+    rows = CorpusRows(_corpus(tmp_path / "corpus.parquet", docids))
+    first = rows.bytes_read
+    texts = rows.texts(pa.array(["d2", "d25", "d2"]), None)
+    assert texts == {"d2": "text of d2", "d25": "text of d25"}
+    two_groups = rows.bytes_read - first
+    rows.texts(pa.array(docids), None)
+    assert 0 < two_groups < (rows.bytes_read - first - two_groups) / 2  # 2 of 5 row groups
+    with pytest.raises(InputError, match=r"corpus.parquet: 1 docid\(s\) are not in the corpus, e.g. 'zz'"):
+        rows.texts(pa.array(["d1", "zz"]), None)
 
 
 def test_score_components_and_multivec_callable(stored) -> None:
