@@ -12,7 +12,9 @@ the workflow's settings (:class:`Settings`):
 * ``index_mb``: the memory of the dense index a job builds or loads: its float32 vectors (flat), or
   its codes, centroids and training sample (IVF-PQ); ``gflop``: the index's arithmetic (IVF-PQ
   training and assignment; for a search, the vectors or codes it scans);
-* ``heap_mb``: the Java heap of an Anserini job (``java_heap``), which runs in a child process.
+* ``heap_mb``: the Java heap of an Anserini job (``java_heap``), which runs in a child process;
+* ``read_mb``: what the job reads (:func:`read_mb`), added to every time request at
+  :data:`READ_MB_PER_S` (English's exact search reads 134 GB of vectors: 22 minutes at 100 MB/s).
 
 Stages that stream queries hold one chunk (:data:`HELD_QUERIES`; fusion one ``query_chunk``) and
 spend time on all of them, so each unit is counted for memory and for time separately. Memory is the
@@ -37,7 +39,7 @@ from miracl_eval.shards import block_rows
 
 UNITS = (
     "passages", "queries", "searched", "run_rows", "pairs", "index_mb", "gflop", "heap_mb", "checkpoint_mb",
-    "input_mb",
+    "input_mb", "read_mb",
 )  # fmt: skip
 MEM_MARGIN = 1.3
 TIME_MARGIN = 3.0
@@ -57,8 +59,16 @@ PER_INDEX_TYPE = frozenset({"dense_index", "dense_search"})
 DENSE_ESTIMATES = PER_INDEX_TYPE | {"dense_block_search"}
 #: estimates whose job runs on a GPU when the encoders do (a model's, and the exact search's torch products)
 GPU_ESTIMATES = MODEL_ESTIMATES | {"dense_block_search"}
-#: MB a second that a job reads its stored vectors at (a shared file system's share of one job)
+#: MB a second that a job reads its inputs at (a shared file system's share of one job): every job's
+#: time request adds its reads (:func:`read_mb`) at this rate
 READ_MB_PER_S = 100.0
+#: stored bytes a passage takes in what the stages read (zstd Parquet; MIRACL's passages average about
+#: 100 words): its title and text, its docid, its lexical weights (about 60 tokens: an int32 id and a
+#: float32 weight each), and the postings a Lucene search reads for it (an upper bound)
+TEXT_BYTES = 400
+DOCID_BYTES = 12
+SPARSE_BYTES = 500
+POSTING_BYTES = 150
 #: k-means iterations of Faiss's IVF training (its default)
 KMEANS_ITERATIONS = 25
 #: vector dimension assumed before the first vector file exists (a dry run); the job itself reads it
@@ -144,25 +154,27 @@ COSTS: Mapping[str, Cost] = {
         seconds={"gflop": 0.2, "run_rows": 4e-6},
         parallel=True,
     ),
-    # exact search of one block: its vectors (read at READ_MB_PER_S), a query batch's scores (1 GB),
+    # exact search of one block: its vectors, a query batch's scores (1 GB),
     # every query of its corpus against every passage of the block
     "dense_block_search": Cost(
         2600,
         2,
         mem={"index_mb": 1.05, "queries": 0.01},
-        seconds={"gflop": 0.05, "index_mb": 1 / READ_MB_PER_S},
-        gpu_seconds={"gflop": 2e-4, "index_mb": 1 / READ_MB_PER_S},
+        seconds={"gflop": 0.05},
+        gpu_seconds={"gflop": 2e-4},
         parallel=True,
     ),
     # the blocks' candidates of a chunk of queries, ranked (rank_table)
     "dense_merge": Cost(1000, 2, mem={"pairs": 1.5e-4}, seconds={"pairs": 2e-6}),
     "union_components": Cost(2000, 2, mem={"pairs": 2e-4}, seconds={"passages": 5e-5, "pairs": 3e-6}),
+    # one encoding of each candidate passage (the queries' groups of tokens held: at most 1 GiB); the
+    # corpus's docids looked up, the candidates' texts read (read_mb)
     "rerank_components": Cost(
-        1500,
+        2500,
         3,
         mem={"checkpoint_mb": 2.0, "pairs": 1e-3},
-        seconds={"passages": 5e-5, "pairs": 0.05},
-        gpu_seconds={"passages": 5e-5, "pairs": 1e-3},
+        seconds={"passages": 2e-6, "pairs": 0.05},
+        gpu_seconds={"passages": 2e-6, "pairs": 1e-3},
     ),
     "fuse": Cost(600, 2, mem={"pairs": 3e-4}, seconds={"pairs": 2e-6}),
     "hybrid": Cost(800, 2, mem={"pairs": 2e-3}, seconds={"pairs": 2e-5}),
@@ -284,6 +296,28 @@ def dense_gflop(name: str, settings: Settings, passages: int, queries: int, dim:
     return queries * per_query / 1e9
 
 
+def read_mb(name: str, job: Job, settings: Settings, passages: int) -> float:
+    """MB a job of estimate ``name`` reads, at most: the raw corpus it preprocesses, the texts it
+    encodes or indexes, the vectors of its block or index, the shards its candidates live in (every
+    one, at worst), the corpus's docids and its candidates' texts (the rerank: no stored vector)."""
+    vectors = passages * 4 * job.dim
+    reads = {
+        "preprocess_corpus": job.input_mb * MB,
+        "judged_not_in_corpus": passages * DOCID_BYTES,
+        "encode_corpus": passages * TEXT_BYTES,
+        "bm25_index": passages * TEXT_BYTES,
+        "sparse_index": passages * SPARSE_BYTES,
+        "bm25_search": passages * POSTING_BYTES,
+        "sparse_search": passages * POSTING_BYTES,
+        "dense_index": vectors,
+        "dense_search": dense_index_mb(settings, passages, job.dim) * MB,
+        "dense_block_search": vectors,
+        "union_components": passages * (4 * job.dim + SPARSE_BYTES + DOCID_BYTES),
+        "rerank_components": passages * (TEXT_BYTES + DOCID_BYTES),
+    }
+    return reads.get(name, 0.0) / MB
+
+
 def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], dict[str, float]]:
     """The units of a job of estimate ``name``: ``(for its memory, for its time)``.
 
@@ -304,6 +338,7 @@ def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], di
         "heap_mb": heap_mb(settings.java_heap),
         "checkpoint_mb": job.checkpoint_mb,
         "input_mb": job.input_mb,
+        "read_mb": read_mb(name, job, settings, passages),
     }
     mem = dict(time)
     if name in HELD_QUERIES:
@@ -334,6 +369,7 @@ def estimate(name: str, job: Job, settings: Settings) -> Request:
     seconds = sum(per * time_units[u] for u, per in per_unit.items())
     if cost.parallel:
         seconds /= max(1, job.threads)
+    seconds += time_units["read_mb"] / READ_MB_PER_S  # reading is not divided among threads
     return Request(
         mem_mb=int(math.ceil(mem * MEM_MARGIN / 100) * 100),
         runtime=int(math.ceil((cost.minutes + seconds / 60) * TIME_MARGIN)),

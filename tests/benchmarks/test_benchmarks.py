@@ -129,3 +129,12 @@ def test_block_search_compares_blocks_with_one_flat_index() -> None:
     out = _run("benchmarks/block_search.py", "--sizes", "3000", "--queries", "7", "--hits", "50", "--block", "100000")
     assert re.search(r"^\s+3000 flat .*\n\s+3000 blocks .*same passages 7/7 queries", out, re.M), out
     assert re.search(r"MIRACL English: 9 search jobs, each about [\d.]+ GB", out), out
+
+
+def test_rerank_speed_compares_the_one_pass_rerank_with_the_baseline() -> None:
+    """The baseline (before the one-pass rerank) scans every stored shard: it reads more than the new stage."""
+    out = _run("benchmarks/rerank_speed.py", "--passages", "3000", "--queries", "20", "--depth", "10")
+    rows = dict(re.findall(r"^(baseline|new)\s+200\s+([\d,]+)\s", out, re.M))
+    assert set(rows) == {"baseline", "new"}, out
+    assert int(rows["new"].replace(",", "")) < int(rows["baseline"].replace(",", "")), out
+    assert re.search(r"new / baseline: read [\d.]+x, time [\d.]+x, peak [\d.]+x", out), out
