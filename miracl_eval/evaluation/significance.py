@@ -52,8 +52,10 @@ MEAN = metrics.MEAN
 
 COLUMNS: tuple[str, ...] = (
     "measure", "partition", "method_a", "method_b", "mean_a", "mean_b", "diff",
-    "ci_low", "ci_high", "p_value", "n_queries",
+    "ci_low", "ci_high", "p_value", "p_holm", "p_bh", "n_queries",
 )  # fmt: skip
+#: the p-value columns (raw, then corrected over the table's family of comparisons)
+P_COLUMNS = ("p_value", "p_holm", "p_bh")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -72,6 +74,8 @@ class SignificanceRow(TypedDict):
     ci_low: float
     ci_high: float
     p_value: float
+    p_holm: float  #: Holm-Bonferroni over the table's comparisons (:func:`holm`)
+    p_bh: float  #: Benjamini-Hochberg over the table's comparisons (:func:`benjamini_hochberg`)
     n_queries: int
 
 
@@ -282,6 +286,48 @@ def combine_mean(results: Sequence[PairResult], confidence: float = 0.95) -> Pai
     return _result(MEAN, mean_a, mean_b, null, boot_a, boot_b, sum(r.n_queries for r in results), confidence)
 
 
+# --------------------------------------------------------------------------- multiple comparisons
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (step-down): the ``i``-th smallest of ``m`` is multiplied
+    by ``m - i + 1``, kept from decreasing, capped at 1. Rejecting where the adjusted value is below
+    alpha controls the family-wise error rate at alpha."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = len(p)
+    if not m:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out = np.empty(m)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (step-up): the ``i``-th smallest of ``m`` is multiplied by
+    ``m / i``, kept from increasing from the largest down, capped at 1. Controls the false discovery
+    rate (for independent or positively dependent tests)."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = len(p)
+    if not m:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * m / np.arange(1, m + 1)
+    stepped = np.minimum.accumulate(scaled[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def correct(rows: list[SignificanceRow]) -> list[SignificanceRow]:
+    """Set ``p_holm`` and ``p_bh`` of ``rows`` over them as one family of comparisons (in place)."""
+    raw = [r["p_value"] for r in rows]
+    for row, h, b in zip(rows, holm(raw), benjamini_hochberg(raw), strict=True):
+        row["p_holm"], row["p_bh"] = float(h), float(b)
+    return rows
+
+
 # --------------------------------------------------------------------------- tables
 
 
@@ -296,7 +342,11 @@ def significance_rows(
     confidence: float = 0.95,
     mean_row: bool = True,
 ) -> list[SignificanceRow]:
-    """Rows of the significance table (see :data:`COLUMNS`), pair-major, partitions then mean."""
+    """Rows of the significance table (see :data:`COLUMNS`), pair-major, partitions then mean.
+
+    The rows are one family of comparisons: ``p_holm`` and ``p_bh`` correct ``p_value`` over all of
+    them (every pair, every partition, the mean rows).
+    """
     if partitions is None:
         partitions = list(dict.fromkeys(p for _, p in per_query))
     cache: dict[tuple[str, str], dict[str, float]] = {}
@@ -334,10 +384,12 @@ def significance_rows(
                     "ci_low": r.ci_low,
                     "ci_high": r.ci_high,
                     "p_value": r.p_value,
+                    "p_holm": r.p_value,
+                    "p_bh": r.p_value,
                     "n_queries": r.n_queries,
                 }
             )
-    return rows
+    return correct(rows)
 
 
 def format_rows(rows: Sequence[Mapping[str, object]], digits: int = 6) -> str:
@@ -346,7 +398,7 @@ def format_rows(rows: Sequence[Mapping[str, object]], digits: int = 6) -> str:
         cells = []
         for col in COLUMNS:
             v = row[col]
-            if col == "p_value":
+            if col in P_COLUMNS:
                 cells.append(f"{v:.6g}")
             elif isinstance(v, float):
                 cells.append(f"{v:.{digits}f}")

@@ -35,7 +35,7 @@ def significance_html(
                     cls.append("")
                     tit.append("")
                     continue
-                diff, pv = r["diff"], r["p_value"]
+                diff, pv = r["diff"], r["p_holm"]
                 stars = "**" if pv < alpha / 5 else "*" if pv < alpha else ""
                 cells.append(f"{signed(diff)}{stars}")
                 sig = "sig-pos" if pv < alpha and diff > 0 else "sig-neg" if pv < alpha and diff < 0 else ""
@@ -43,7 +43,7 @@ def significance_html(
                 tit.append(
                     f"{a} {r['mean_a']:.4f}, {b} {r['mean_b']:.4f}; "
                     f"95% CI of the difference [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]; "
-                    f"p = {pv:.4g}; {r['n_queries']} queries"
+                    f"p = {r['p_value']:.4g} (Holm {pv:.4g}, BH {r['p_bh']:.4g}); {r['n_queries']} queries"
                 )
             table_rows.append(cells)
             classes.append(cls)
@@ -52,8 +52,9 @@ def significance_html(
         body.append(f"<h2>{html.escape(measure_label(measure))}: difference A − B</h2>")
         body.append(html_table(["A − B", *parts], table_rows, classes, titles, header_classes=header_classes))
     body.append(
-        f"<p class='note'>* p &lt; {alpha:g}, ** p &lt; {alpha / 5:g} (two-sided paired randomisation test); green: A "
-        "significantly better, red: B significantly better. Hover a cell for the means, the bootstrap CI and p.</p>"
+        f"<p class='note'>* p &lt; {alpha:g}, ** p &lt; {alpha / 5:g} after Holm-Bonferroni's correction over every "
+        "comparison of the measure (two-sided paired randomisation test); green: A significantly better, red: B "
+        "significantly better. Hover a cell for the means, the bootstrap CI and the raw and corrected p.</p>"
     )
     if rows:
         full = [
@@ -67,11 +68,13 @@ def significance_html(
                 signed(r["diff"]),
                 f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
                 f"{r['p_value']:.4g}",
+                f"{r['p_holm']:.4g}",
+                f"{r['p_bh']:.4g}",
                 r["n_queries"],
             ]
             for r in rows
         ]
-        header = ["measure", "partition", "A", "B", "mean A", "mean B", "A − B", "95% CI", "p", "queries"]
+        header = ["measure", "partition", "A", "B", "mean A", "mean B", "A − B", "95% CI", "p", "p Holm", "p BH", "queries"]
         body += ["<h2>All rows</h2>", html_table(header, full)]
     else:
         body.append("<p>No method pairs to compare.</p>")
@@ -117,7 +120,8 @@ def significance_stage(
             if mean_row
             else " No mean over partitions (they overlap)."
         )
-        + " No correction for multiple comparisons."
+        + " p Holm and p BH: Holm-Bonferroni (family-wise error) and Benjamini-Hochberg (false discovery rate)"
+        " over every comparison of the measure (pairs x partitions, mean rows included)."
     )
     title = f"Paired significance — {dataset}" if dataset else "Paired significance"
     write_text_atomic(html_out, significance_html(rows, title, note=note))

@@ -169,7 +169,10 @@ def test_deterministic_and_independent_of_other_partitions() -> None:
     two = significance.significance_rows(files, [("a", "b")], n_permutations=500, n_bootstrap=500)
     assert one == two
     only_y = significance.significance_rows(files, [("a", "b")], partitions=["y"], n_permutations=500, n_bootstrap=500)
-    assert only_y[0] == one[1]
+    family = ("p_holm", "p_bh")  # corrected over the table's comparisons: they depend on the others
+    assert {k: v for k, v in only_y[0].items() if k not in family} == {
+        k: v for k, v in one[1].items() if k not in family
+    }
     reseeded = significance.significance_rows(files, [("a", "b")], n_permutations=500, n_bootstrap=500, seed=1)
     assert reseeded[0]["p_value"] != one[0]["p_value"] or reseeded[0]["ci_low"] != one[0]["ci_low"]
 
@@ -203,3 +206,48 @@ def test_speed_10k_permutations_thousands_of_queries() -> None:
     elapsed = time.process_time() - start
     # about 0.4 s of CPU for 3,000 queries; a generous bound for slow CI machines
     assert elapsed < 2.0, elapsed
+
+
+@pytest.mark.parametrize(
+    "p_values",
+    [
+        [0.01, 0.04, 0.03, 0.005, 0.5, 0.04, 1.0],  # ties, a 1
+        list(np.random.default_rng(3).uniform(0, 0.2, 40)),
+        [0.2],
+        [1 / 10_001] * 5 + [0.9, 0.049],
+    ],
+)
+def test_corrections_equal_statsmodels_multipletests(p_values: list[float]) -> None:
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    for ours, method in ((significance.holm, "holm"), (significance.benjamini_hochberg, "fdr_bh")):
+        _, theirs, _, _ = multitest.multipletests(p_values, alpha=0.05, method=method)
+        np.testing.assert_allclose(ours(p_values), theirs, rtol=1e-12, atol=0, err_msg=method)
+    assert significance.holm([]).shape == (0,)
+
+
+def test_significance_table_corrects_over_its_comparisons(tmp_path: Path) -> None:
+    """``p_holm`` and ``p_bh`` of a table: its raw p-values corrected as one family (every pair,
+    partition and mean row), written beside them in the TSV."""
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(7)
+    files = {}
+    for part in ("p1", "p2", "p3"):
+        qids = [f"{part}-{i}" for i in range(40)]
+        base = rng.uniform(0, 1, len(qids))
+        for method, shift in (("a", 0.0), ("b", 0.03), ("c", 0.2)):
+            values = np.clip(base + shift + rng.normal(0, 0.1, len(qids)), 0, 1)
+            files[(method, part)] = pa.table(
+                {"qid": qids, "measure": ["nDCG@10"] * len(qids), "value": values}, schema=schemas.PER_QUERY
+            )
+    out = tmp_path / "sig.tsv"
+    rows = significance.significance_table(
+        files, [("c", "a"), ("b", "a")], output=out, n_permutations=2000, n_bootstrap=50
+    )
+    assert len(rows) == 8
+    raw = [r["p_value"] for r in rows]
+    for column, method in (("p_holm", "holm"), ("p_bh", "fdr_bh")):
+        want = multitest.multipletests(raw, method=method)[1]
+        np.testing.assert_allclose([r[column] for r in rows], want, rtol=1e-12)  # type: ignore[literal-required]
+        written = [float(line[column]) for line in csv.DictReader(out.read_text().splitlines(), delimiter="\t")]
+        np.testing.assert_allclose(written, want, rtol=1e-5)
+    assert any(r["p_holm"] > r["p_value"] for r in rows) and all(r["p_holm"] >= r["p_bh"] for r in rows)
