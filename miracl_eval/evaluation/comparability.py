@@ -218,12 +218,25 @@ def compare(observed: Observed, reference: Reference | None) -> Check:
     return Check(observed, reference, not reasons, "; ".join(reasons) or FULL_DATA)
 
 
-def check(observed: Observed, candidates: Sequence[Reference]) -> Check:
-    """:func:`compare` with the reference of the observed version (the only one when it is unknown)."""
+#: the release of the topics and qrels that each dataset's shipped published numbers were computed on
+#: (MessIRve's paper pins v1.0; the hub also holds v0.1 and, per the authors' repository, v1.1)
+PUBLISHED_RELEASE: Mapping[str, str] = {"miracl": "v1.0", "messirve": "v1.0"}
+
+
+def check(observed: Observed, candidates: Sequence[Reference], published: str | None = None) -> Check:
+    """:func:`compare` with the reference of the observed version (the published release's when the
+    version is unknown). The full data of another release than ``published`` (the release of the
+    published numbers) is not comparable with them."""
     if not candidates:
         return compare(observed, None)
     same = [r for r in candidates if r.version == observed.version]
-    return compare(observed, same[0] if same else candidates[-1])
+    if not same:
+        same = [r for r in candidates if r.version == published] or [candidates[0]]
+    result = compare(observed, same[0])
+    if result.comparable and published is not None and same[0].version != published:
+        reason = f"the full data of {same[0].version}; the published numbers are of {published}"
+        return Check(observed, same[0], False, reason)
+    return result
 
 
 def measure(
@@ -259,7 +272,8 @@ def comparability_stage(
     rows = []
     for part, q, j in zip(partitions, queries, qrels, strict=True):
         corpus = corpus_of[part]
-        rows.append(check(measure(part, corpus, version, corpora[corpus], q, j), refs.get(part, [])).row())
+        observed = measure(part, corpus, version, corpora[corpus], q, j)
+        rows.append(check(observed, refs.get(part, []), PUBLISHED_RELEASE.get(dataset)).row())
     write_text_atomic(tsv_out, format_tsv(COLUMNS, rows))
     return {"partitions": len(rows), "comparable": sum(r["comparable"] == "yes" for r in rows)}
 

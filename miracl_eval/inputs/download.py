@@ -76,7 +76,8 @@ def download_corpus(
 
 # --------------------------------------------------------------------------- versions
 
-AUTO = "auto"
+#: the setting that takes the newest release in the hub repository's file list
+LATEST = "latest"
 #: what the version file holds when the version of local topics and qrels is not known
 UNKNOWN_VERSION = "unknown"
 VERSION_SETTING = "hub.messirve_version"
@@ -95,13 +96,13 @@ def versions_in(dataset: Dataset, files: Iterable[str]) -> list[str]:
     return sorted(found, key=_version_key)
 
 
-def resolve_version(dataset: Dataset, setting: str = AUTO, from_hub: bool = True, revision: str = "main") -> str | None:
+def resolve_version(dataset: Dataset, setting: str = LATEST, from_hub: bool = True, revision: str = "main") -> str | None:
     """The release of the topics and qrels a run uses: the dataset's fixed one (MIRACL v1.0), the
-    pinned ``setting``, or with ``auto`` the newest present in the hub repository's file list
-    (None for local files: unknown)."""
+    pinned ``setting`` (MessIRve's default: the paper's v1.0), or with ``latest`` the newest present
+    in the hub repository's file list (None for local files: unknown)."""
     if dataset.version is not None:
         return dataset.version
-    if setting != AUTO:
+    if setting != LATEST:
         return setting
     if not from_hub:
         return None

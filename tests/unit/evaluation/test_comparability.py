@@ -111,6 +111,17 @@ def test_messirve_counts_and_versions() -> None:
     assert not old.comparable and old.reason == "topics and qrels v0.1, the reference is v1.0; 5,400 of 5,481 queries"
     none = comparability.check(full(ar, partition="zz"), [])
     assert (none.comparable, none.reason) == (False, "no reference sizes for partition zz")
+    # v1.1 (the authors' later upload): its own counts where they are published, never the published numbers'
+    v11 = comparability.check(full(ar, version="v1.1", queries=7_291), refs["ar"], published="v1.0")
+    assert (v11.comparable, v11.reason) == (False, "the full data of v1.1; the published numbers are of v1.0")
+    assert v11.row()["full_queries"] == 7_291
+    short = comparability.check(full(ar, version="v1.1", queries=7_000), refs["ar"], published="v1.0")
+    assert (short.comparable, short.reason) == (False, "7,000 of 7,291 queries")
+    paper = comparability.check(full(ar), refs["ar"], published="v1.0")
+    assert paper.comparable and paper.reference is not None and paper.reference.version == "v1.0"
+    bo = refs["bo"] if "bo" in refs else references("messirve", "test", {"bo": "eswiki"})["bo"]
+    no_count = comparability.check(full(bo[0], version="v1.1"), bo, published="v1.0")
+    assert not no_count.comparable and no_count.reason.startswith("topics and qrels v1.1, the reference is v1.0")
 
 
 def test_summary_names_the_partitions_and_their_reasons(tmp_path: Path) -> None:

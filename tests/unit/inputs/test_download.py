@@ -104,7 +104,7 @@ def test_messirve_version_is_the_newest_in_the_file_list(monkeypatch: pytest.Mon
         "v1.10",
     ]  # numeric, not alphabetical
     out = tmp_path / "version.txt"
-    assert download.version_stage(MESSIRVE, "auto", True, "main", out) == "v1.0"
+    assert download.version_stage(MESSIRVE, "latest", True, "main", out) == "v1.0"
     assert download.read_version(out) == "v1.0"
     download.download_topics_qrels(
         MESSIRVE, "ar", "test", tmp_path / "t.tsv", tmp_path / "q.tsv", version=download.read_version(out)
@@ -122,18 +122,18 @@ def test_a_pinned_or_fixed_version_needs_no_file_list(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(huggingface_hub, "HfApi", NoApi)
     assert download.resolve_version(MESSIRVE, "v0.1") == "v0.1"
-    assert download.resolve_version(MIRACL, "auto") == "v1.0"  # MIRACL's file names fix it
+    assert download.resolve_version(MIRACL, "latest") == "v1.0"  # MIRACL's file names fix it
     out = tmp_path / "version.txt"
-    assert download.version_stage(MESSIRVE, "auto", False, "main", out) is None  # local files: unknown
+    assert download.version_stage(MESSIRVE, "latest", False, "main", out) is None  # local files: unknown
     assert out.read_text() == "unknown\n" and download.read_version(out) is None
 
 
 def test_no_versioned_files_or_no_network_fail_in_one_sentence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with pytest.raises(DownloadError) as offline:
-        download.resolve_version(MESSIRVE, "auto")
+        download.resolve_version(MESSIRVE, "latest")
     message = str(offline.value)
     assert message.startswith("Could not download the file list (to find the newest release; or pin one with")
     assert "hub.messirve_version" in message and "spanish-ir/messirve-trec" in message and "\n" not in message
     fake_hub(monkeypatch, ["README.md"], tmp_path)
     with pytest.raises(DownloadError, match="has no versioned topics or qrels files at revision main"):
-        download.resolve_version(MESSIRVE, "auto")
+        download.resolve_version(MESSIRVE, "latest")
