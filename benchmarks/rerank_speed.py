@@ -172,7 +172,10 @@ def main() -> None:
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(baseline), args.baseline],
                        check=True, capture_output=True)  # fmt: skip
         try:
-            results = {"baseline": run_child(args, "baseline", baseline, work), "new": run_child(args, "new", REPO, work)}
+            results = {
+                "baseline": run_child(args, "baseline", baseline, work),
+                "new": run_child(args, "new", REPO, work),
+            }
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
         stored = sum(p.stat().st_size for k in ("dense", "sparse") for p in (work / k).glob("*.parquet")) / 2**20

@@ -96,7 +96,9 @@ def versions_in(dataset: Dataset, files: Iterable[str]) -> list[str]:
     return sorted(found, key=_version_key)
 
 
-def resolve_version(dataset: Dataset, setting: str = LATEST, from_hub: bool = True, revision: str = "main") -> str | None:
+def resolve_version(
+    dataset: Dataset, setting: str = LATEST, from_hub: bool = True, revision: str = "main"
+) -> str | None:
     """The release of the topics and qrels a run uses: the dataset's fixed one (MIRACL v1.0), the
     pinned ``setting`` (MessIRve's default: the paper's v1.0), or with ``latest`` the newest present
     in the hub repository's file list (None for local files: unknown)."""

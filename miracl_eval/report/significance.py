@@ -74,7 +74,9 @@ def significance_html(
             ]
             for r in rows
         ]
-        header = ["measure", "partition", "A", "B", "mean A", "mean B", "A − B", "95% CI", "p", "p Holm", "p BH", "queries"]
+        header = [
+            "measure", "partition", "A", "B", "mean A", "mean B", "A − B", "95% CI", "p", "p Holm", "p BH", "queries",
+        ]  # fmt: skip
         body += ["<h2>All rows</h2>", html_table(header, full)]
     else:
         body.append("<p>No method pairs to compare.</p>")
