@@ -17,6 +17,7 @@ checkpoint preprocess_corpus:
         **request("preprocess_corpus"),
     params:
         title_join=lambda wc: config["title_join"],
+        duplicates=config["corpus"]["duplicates"],
     script:
         "../scripts/preprocess_corpus.py"
 

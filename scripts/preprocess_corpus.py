@@ -11,7 +11,7 @@ run_stage(
     Call(
         "miracl_eval.inputs.preprocess",
         "build_corpus_from",
-        plain((sm.input[0], sm.output[0], sm.params.title_join)),
+        plain((sm.input[0], sm.output[0], sm.params.title_join, sm.params.duplicates)),
     ),
     preload=sm.config["preload"],
 )

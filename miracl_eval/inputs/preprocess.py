@@ -46,19 +46,79 @@ def check_template(template: str) -> None:
 class CorpusStats:
     passages: int
     files: int
+    repeats: int = 0  #: repeated passages left out
 
 
-def _find_duplicate(paths: Sequence[Path], suspects: set[int]) -> None:
-    first: dict[str, tuple[Path, int]] = {}
-    for path in paths:
+#: what to do with a docid that occurs twice with different passages (setting ``corpus.duplicates``)
+DUPLICATES = ("error", "first")
+
+
+class _Rewrite(Exception):
+    """Raised inside the corpus writer to drop what it wrote (duplicates to leave out were found)."""
+
+
+def _duplicates(paths: Sequence[Path], suspects: set[int], policy: str) -> set[tuple[int, int]]:
+    """The ``(file index, line)`` of every repeated passage to leave out, among docids whose hash is in
+    ``suspects``: identical repeats (same title and text) always; repeats with another passage when
+    ``policy`` is ``first``, else the error naming both lines."""
+    first: dict[str, tuple[Path, int, str, str]] = {}
+    skip: set[tuple[int, int]] = set()
+    identical: list[str] = []
+    differing: list[str] = []
+    for index, path in enumerate(paths):
         for lineno, passage in iter_corpus(path):
             if hash(passage.docid) not in suspects:
                 continue
-            if passage.docid in first:
-                fpath, fline = first[passage.docid]
-                where = f"line {fline}" if fpath == path else f"{fpath}, line {fline}"
-                raise InputError(path, f"duplicate docid {passage.docid} (first seen at {where})", lineno)
-            first[passage.docid] = (path, lineno)
+            if passage.docid not in first:
+                first[passage.docid] = (path, lineno, passage.title, passage.text)
+                continue
+            fpath, fline, title, text = first[passage.docid]
+            where = f"line {fline}" if fpath == path else f"{fpath}, line {fline}"
+            if (passage.title, passage.text) == (title, text):
+                identical.append(f"{passage.docid} ({path}, line {lineno}; first at {where})")
+            elif policy == "first":
+                differing.append(f"{passage.docid} ({path}, line {lineno}; first at {where})")
+            else:
+                raise InputError(
+                    path,
+                    f"duplicate docid {passage.docid} with another passage (first seen at {where}); "
+                    "corpus.duplicates: first keeps the first",
+                    lineno,
+                )
+            skip.add((index, lineno))
+    if identical:
+        log.warning("kept once: %d identical repeated passage(s), e.g. %s", len(identical), "; ".join(identical[:3]))
+    if differing:
+        log.warning(
+            "corpus.duplicates: first: %d repeated docid(s) with another passage left out, e.g. %s",
+            len(differing), "; ".join(differing[:3]),
+        )  # fmt: skip
+    return skip
+
+
+def _write_corpus(
+    paths: Sequence[Path], writer: schemas.StreamWriter, template: str, batch_rows: int, skip: set[tuple[int, int]]
+) -> np.ndarray:
+    """Write every passage but those in ``skip``; returns the sorted hashes of the docids written."""
+    hashes = array("q")
+    cols: dict[str, list[str]] = {name: [] for name in schemas.CORPUS.names}
+    for index, path in enumerate(paths):
+        for lineno, p in iter_corpus(path):
+            if skip and (index, lineno) in skip:
+                continue
+            hashes.append(hash(p.docid))
+            cols["docid"].append(p.docid)
+            cols["title"].append(p.title)
+            cols["text"].append(p.text)
+            cols["contents"].append(join_title(p.title, p.text, template))
+            if len(cols["docid"]) >= batch_rows:
+                writer.write(cols)
+                cols = {name: [] for name in schemas.CORPUS.names}
+    if cols["docid"]:
+        writer.write(cols)
+    h = np.frombuffer(hashes, dtype=np.int64).copy()
+    h.sort()
+    return h
 
 
 def build_corpus(
@@ -66,35 +126,38 @@ def build_corpus(
     output: str | os.PathLike[str],
     template: str,
     batch_rows: int = schemas.BATCH_ROWS,
+    duplicates: str = "error",
 ) -> CorpusStats:
-    """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents)."""
+    """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents).
+
+    Docids are checked for repeats from 8-byte hashes; only when two collide are the files read
+    again for the exact lines. A passage repeated identically (a real corpus's quirk: pyserini's
+    tracker reports repeated ids in MIRACL Korean) is kept once and counted in the log; a docid
+    repeated with another passage is an error naming both lines, unless ``duplicates`` is
+    ``first`` (keep the first). Then the corpus is written again without the repeats.
+    """
     check_template(template)
+    if duplicates not in DUPLICATES:
+        raise ValueError(f"duplicates must be one of {', '.join(DUPLICATES)}, not {duplicates!r}")
     paths = [Path(p) for p in inputs]
     if not paths:
         raise ValueError("no corpus files given")
-    hashes = array("q")
-    with schemas.StreamWriter(output, schemas.CORPUS) as writer:
-        cols: dict[str, list[str]] = {name: [] for name in schemas.CORPUS.names}
-        for path in paths:
-            for _, p in iter_corpus(path):
-                hashes.append(hash(p.docid))
-                cols["docid"].append(p.docid)
-                cols["title"].append(p.title)
-                cols["text"].append(p.text)
-                cols["contents"].append(join_title(p.title, p.text, template))
-                if len(cols["docid"]) >= batch_rows:
-                    writer.write(cols)
-                    cols = {name: [] for name in schemas.CORPUS.names}
-        if not hashes:
-            raise InputError(paths[0] if len(paths) == 1 else ", ".join(map(str, paths)), "the corpus is empty")
-        h = np.frombuffer(hashes, dtype=np.int64).copy()
-        h.sort()
-        dup = h[1:][h[1:] == h[:-1]]
-        if dup.size:
-            _find_duplicate(paths, set(int(x) for x in dup))
-        if cols["docid"]:
-            writer.write(cols)
-    return CorpusStats(passages=len(hashes), files=len(paths))
+    skip: set[tuple[int, int]] = set()
+    while True:
+        try:
+            with schemas.StreamWriter(output, schemas.CORPUS) as writer:
+                h = _write_corpus(paths, writer, template, batch_rows, skip)
+                if not len(h):
+                    where = paths[0] if len(paths) == 1 else ", ".join(map(str, paths))
+                    raise InputError(where, "the corpus is empty")
+                dup = h[1:][h[1:] == h[:-1]]
+                if dup.size and not skip:
+                    skip = _duplicates(paths, {int(x) for x in dup}, duplicates)
+                    if skip:
+                        raise _Rewrite
+        except _Rewrite:
+            continue
+        return CorpusStats(passages=len(h), files=len(paths), repeats=len(skip))
 
 
 def build_queries(topics: str | os.PathLike[str], output: str | os.PathLike[str]) -> int:
@@ -168,9 +231,11 @@ def corpus_inputs(source: str | os.PathLike[str]) -> list[Path]:
     return [path]
 
 
-def build_corpus_from(source: str | os.PathLike[str], output: str | os.PathLike[str], template: str) -> CorpusStats:
+def build_corpus_from(
+    source: str | os.PathLike[str], output: str | os.PathLike[str], template: str, duplicates: str = "error"
+) -> CorpusStats:
     """Stage entry point: preprocess a corpus file or folder of shards."""
-    return build_corpus(corpus_inputs(source), output, template)
+    return build_corpus(corpus_inputs(source), output, template, duplicates=duplicates)
 
 
 def build_topics(

@@ -68,6 +68,44 @@ def test_duplicate_across_shards(tmp_path: Path) -> None:
     assert err.value.path == str(b) and err.value.line == 2 and str(a) in str(err.value)
 
 
+def test_identical_repeats_are_kept_once_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A passage repeated with the same title and text (pyserini's tracker reports repeated ids in
+    MIRACL Korean) is kept once, where it first occurs, whatever the setting; the log counts it."""
+    a = _corpus(tmp_path / "a.jsonl", [{"docid": "1#0", "title": "T", "text": "a"}, {"docid": "2#0", "text": "b"}])
+    b = _corpus(
+        tmp_path / "b.jsonl",
+        [{"docid": "3#0", "text": "c"}, {"text": "a", "title": "T", "docid": "1#0"}, {"docid": "2#0", "text": "b"}],
+    )
+    out = tmp_path / "corpus.parquet"
+    with caplog.at_level("WARNING"):
+        stats = build_corpus([a, b], out, "{title} {text}", batch_rows=2)
+    table = pq.read_table(out)
+    assert table.column("docid").to_pylist() == ["1#0", "2#0", "3#0"]
+    assert table.column("contents").to_pylist() == ["T a", "b", "c"]
+    assert (stats.passages, stats.repeats) == (3, 2)
+    assert "kept once: 2 identical repeated passage(s), e.g. 1#0 (" in caplog.text and f"{b}, line 2" in caplog.text
+
+
+def test_repeats_with_another_passage_error_or_keep_the_first(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    recs = [
+        {"docid": "1#0", "text": "a"},
+        {"docid": "1#0", "text": "a"},  # identical: kept once either way
+        {"docid": "2#0", "text": "b"},
+        {"docid": "1#0", "text": "changed"},
+    ]
+    src = _corpus(tmp_path / "c.jsonl", recs)
+    out = tmp_path / "out" / "corpus.parquet"
+    with pytest.raises(InputError, match=r"line 4: duplicate docid 1#0 with another passage \(first seen at line 1\)"):
+        build_corpus([src], out, "{title} {text}")
+    assert not out.exists() and list(out.parent.iterdir()) == []
+    with pytest.raises(ValueError, match="duplicates must be one of error, first"):
+        build_corpus([src], out, "{title} {text}", duplicates="last")
+    with caplog.at_level("WARNING"):
+        stats = build_corpus_from(src, out, "{title} {text}", duplicates="first")
+    assert pq.read_table(out).to_pydict()["text"] == ["a", "b"] and stats.repeats == 2
+    assert "corpus.duplicates: first: 1 repeated docid(s) with another passage left out, e.g. 1#0" in caplog.text
+
+
 def test_empty_corpus(tmp_path: Path) -> None:
     src = tmp_path / "empty.jsonl"
     src.write_text("\n", encoding="utf-8")
