@@ -60,5 +60,6 @@ rule download_topics:
         split=config["split"],
         revision=config["hub"]["revision"],
         cache_dir=config["hub"]["cache_dir"],
+        topics_from=config["hub"]["topics_from"],
     script:
         "../scripts/download_topics.py"

@@ -106,6 +106,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         for name in per_partition:
             if len(cfg["languages"]) > 1 and not any(p in src[name] for p in PLACEHOLDERS):
                 raise ConfigError(f"source.{name}", "must contain '{lang}' when several languages are evaluated")
+    if cfg["hub"]["topics_from"] == "ir_datasets" and dataset.name != "miracl":
+        raise ConfigError("hub.topics_from", f"ir_datasets holds MIRACL's topics and qrels, not {dataset.name}'s")
     return cfg
 
 

@@ -1,11 +1,14 @@
-"""Downloads from the Hugging Face hub (corpus shards, topics, qrels), atomically.
+"""Downloads from the Hugging Face hub (corpus shards, topics, qrels), atomically; MIRACL's topics and
+qrels can also come from ir_datasets (``hub.topics_from: ir_datasets``).
 
-Offline, or when the hub cannot be reached, a download fails with one sentence that says how to
-point the config at local files instead.
+Offline, when the hub cannot be reached, or when a dataset is gated (MIRACL's topics and qrels
+repository asks for a login and its terms accepted), a download fails with one sentence that says
+how to log in and accept the terms, and how to point the config at local files instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -22,11 +25,19 @@ OFFLINE_HINT = (
 )
 
 
+def login_hint(repo: str) -> str:
+    """How to reach a gated hub dataset: log in and accept its terms."""
+    return (
+        "if the dataset is gated, log in (set HF_TOKEN, or run `hf auth login`) and accept its terms on "
+        f"https://huggingface.co/datasets/{repo}"
+    )
+
+
 def _fail(what: str, repo: str, err: BaseException) -> DownloadError:
     reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return DownloadError(
         f"Could not download {what} from the Hugging Face hub dataset '{repo}' ({type(err).__name__}: "
-        f"{reason[:200]}); {OFFLINE_HINT}."
+        f"{reason[:200]}); {login_hint(repo)}; or, {OFFLINE_HINT}."
     )
 
 
@@ -48,7 +59,10 @@ def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[
         raise _fail(f"the file list of the {corpus} corpus", hub.corpus_repo, err) from err
     chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(hub.corpus_suffix))
     if not chosen:
-        raise DownloadError(f"the hub dataset '{hub.corpus_repo}' has no files under '{prefix}'; {OFFLINE_HINT}.")
+        raise DownloadError(
+            f"the hub dataset '{hub.corpus_repo}' has no files under '{prefix}'; {login_hint(hub.corpus_repo)}; "
+            f"or, {OFFLINE_HINT}."
+        )
     return chosen
 
 
@@ -120,7 +134,8 @@ def resolve_version(
     versions = versions_in(dataset, files)
     if not versions:
         raise DownloadError(
-            f"the hub dataset '{repo}' has no versioned topics or qrels files at revision {revision}; {OFFLINE_HINT}."
+            f"the hub dataset '{repo}' has no versioned topics or qrels files at revision {revision}; "
+            f"{login_hint(repo)}; or, {OFFLINE_HINT}."
         )
     return versions[-1]
 
@@ -163,3 +178,80 @@ def download_topics_qrels(
             raise _fail(f"'{name}'", hub.topics_repo, err) from err
         with atomic_output(out) as tmp:
             shutil.copyfile(local, tmp)
+
+
+# --------------------------------------------------------------------------- ir_datasets
+
+#: setting ``hub.topics_from``: where downloaded topics and qrels come from
+TOPICS_FROM = ("hub", "ir_datasets")
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5()  # noqa: S324 - ir_datasets' checksums are md5
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ir_datasets_id(dataset: Dataset, partition: str, split: str) -> str:
+    """The ir_datasets id of a partition's topics and qrels (``miracl/sw/dev``); MIRACL only."""
+    if dataset.name != "miracl":
+        raise DownloadError(f"hub.topics_from: ir_datasets has no {dataset.name} topics; use hub or local files")
+    return f"miracl/{partition}/{split}"
+
+
+def ir_datasets_topics_qrels(
+    dataset: Dataset, partition: str, split: str, topics_out: str | os.PathLike[str], qrels_out: str | os.PathLike[str]
+) -> str:
+    """Copy a partition's topics and qrels files as ir_datasets holds them (downloaded into its home,
+    ``IR_DATASETS_HOME``, from its mirror that needs no login, if they are not there yet), after checking
+    them against ir_datasets' md5 checksums; returns the ir_datasets id."""
+    import ir_datasets
+
+    name = ir_datasets_id(dataset, partition, split)
+    try:
+        ds = ir_datasets.load(name)
+    except KeyError:
+        raise DownloadError(f"ir_datasets has no dataset {name!r} (hub.topics_from: ir_datasets)") from None
+    handlers = (
+        ("topics", ds.queries_handler(), "_dlc", topics_out),
+        ("qrels", ds.qrels_handler(), "_qrels_dlc", qrels_out),
+    )
+    for what, handler, attr, out in handlers:
+        dlc = getattr(handler, attr)
+        try:
+            local = Path(dlc.path())
+        except Exception as err:  # noqa: BLE001 - ir_datasets raises many types when offline
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise DownloadError(
+                f"Could not get the {what} of {name} from ir_datasets ({type(err).__name__}: {reason[:200]}); "
+                f"put its files in ir_datasets' home ({ir_datasets.util.home_path()}), or {OFFLINE_HINT}."
+            ) from err
+        expected = getattr(dlc, "expected_md5", None)
+        if expected and _md5(local) != expected:
+            raise DownloadError(
+                f"{local}: the {what} of {name} fail ir_datasets' checksum (md5 {_md5(local)}, expected {expected}); "
+                "delete the file to download it again"
+            )
+        with atomic_output(out) as tmp:
+            shutil.copyfile(local, tmp)
+    return name
+
+
+def topics_qrels_stage(
+    dataset: Dataset,
+    partition: str,
+    split: str,
+    topics_out: str | os.PathLike[str],
+    qrels_out: str | os.PathLike[str],
+    topics_from: str = "hub",
+    revision: str = "main",
+    cache_dir: str | None = None,
+    version: str | None = None,
+) -> str | None:
+    """Stage entry point: a partition's topics and qrels from the hub (of ``version``) or ir_datasets."""
+    if topics_from == "ir_datasets":
+        return ir_datasets_topics_qrels(dataset, partition, split, topics_out, qrels_out)
+    download_topics_qrels(dataset, partition, split, topics_out, qrels_out, revision, cache_dir, version)
+    return None

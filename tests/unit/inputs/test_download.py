@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,7 @@ import pytest
 from miracl_eval.errors import DownloadError
 from miracl_eval.inputs import download
 from miracl_eval.inputs.datasets import MESSIRVE, MIRACL
+from tests.helpers import SHARED
 
 
 @pytest.fixture(autouse=True)
@@ -137,3 +142,54 @@ def test_no_versioned_files_or_no_network_fail_in_one_sentence(monkeypatch: pyte
     fake_hub(monkeypatch, ["README.md"], tmp_path)
     with pytest.raises(DownloadError, match="has no versioned topics or qrels files at revision main"):
         download.resolve_version(MESSIRVE, "latest")
+
+
+SHARED_DEV = SHARED / "data" / "miracl-v1.0-dev"
+
+
+def test_gated_hub_errors_say_how_to_log_in_and_accept_the_terms(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as err:
+        download.download_topics_qrels(MIRACL, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv")
+    message = str(err.value)
+    assert "set HF_TOKEN, or run `hf auth login`" in message and "accept its terms on" in message
+    assert "https://huggingface.co/datasets/miracl/miracl" in message
+    assert "source.corpus, source.topics and source.qrels" in message and "\n" not in message
+
+
+@pytest.mark.skipif(not SHARED_DEV.is_dir(), reason="../shared (real MIRACL dev topics and qrels) is absent")
+def test_topics_and_qrels_from_ir_datasets_cache_checked_by_its_md5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ir_datasets' cache layout (``IR_DATASETS_HOME/miracl/v1.0/{lang}/{split}/``) with the real files: they
+    are copied as they are after the md5 check; a changed file fails the check and nothing is written."""
+    home = tmp_path / "irds"
+    cached = home / "miracl" / "v1.0" / "sw" / "dev"
+    cached.mkdir(parents=True)
+    shutil.copyfile(SHARED_DEV / "topics" / "topics.miracl-v1.0-sw-dev.tsv", cached / "topics.tsv")
+    shutil.copyfile(SHARED_DEV / "qrels" / "qrels.miracl-v1.0-sw-dev.tsv", cached / "qrels.tsv")
+    out = tmp_path / "out"
+    # ir_datasets reads its home when imported: a fresh process, offline (no network to fall back on)
+    script = (
+        "import sys; from miracl_eval.inputs import download; from miracl_eval.inputs.datasets import MIRACL\n"
+        "try:\n"
+        "    print(download.topics_qrels_stage(MIRACL, 'sw', 'dev', sys.argv[1], sys.argv[2], topics_from='ir_datasets'))\n"
+        "except Exception as err:\n"
+        "    print(err); sys.exit(1)\n"
+    )
+
+    def stage(topics: Path, qrels: Path) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "IR_DATASETS_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+        return subprocess.run([sys.executable, "-c", script, str(topics), str(qrels)], capture_output=True,
+                              text=True, env=env, cwd=Path(__file__).resolve().parents[3], check=False)  # fmt: skip
+
+    done = stage(out / "t.tsv", out / "q.tsv")
+    assert done.returncode == 0 and done.stdout.strip() == "miracl/sw/dev", done.stdout + done.stderr
+    assert (out / "t.tsv").read_bytes() == (SHARED_DEV / "topics" / "topics.miracl-v1.0-sw-dev.tsv").read_bytes()
+    assert (out / "q.tsv").read_bytes() == (SHARED_DEV / "qrels" / "qrels.miracl-v1.0-sw-dev.tsv").read_bytes()
+    assert len((out / "t.tsv").read_text().splitlines()) == 482  # MIRACL sw dev
+    (cached / "qrels.tsv").write_text("1 Q0 x 1\n")
+    bad = stage(out / "t2.tsv", out / "q2.tsv")
+    assert bad.returncode == 1 and "qrels.tsv: the qrels of miracl/sw/dev fail ir_datasets' checksum" in bad.stdout
+    assert not (out / "q2.tsv").exists()
+    with pytest.raises(DownloadError, match="ir_datasets has no messirve topics"):
+        download.ir_datasets_topics_qrels(MESSIRVE, "ar", "test", out / "t3.tsv", out / "q3.tsv")
