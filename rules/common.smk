@@ -29,7 +29,7 @@ from miracl_eval.shards import (
     shards_per_block,
     tiling,
 )
-from miracl_eval.config.systems import systems
+from miracl_eval.config.systems import systems, training
 from miracl_eval.report.plan import report_pages
 
 DATASET = get_dataset(config["dataset"])
@@ -55,6 +55,8 @@ ENCODE_THREADS = ENC["tokenizer_workers"] + 2 if GPU else config["threads"]
 
 #: the table rows (bm25, {model}/{method}, hybrids), in the config's order; labels are also paths
 SYSTEMS = systems(config)
+# per row: zero-shot, in-domain (its model trained on this dataset's training split) or unknown
+ROW_TRAINING = training(config)
 METHODS = [s.label for s in SYSTEMS]
 #: the resolved specs of the models that some row uses (a configured model no row uses gets no jobs)
 MODELS = {
@@ -91,6 +93,7 @@ PATHS = {
     # the report's pages and charts (results/{dataset}_published.html, ...; rules/report.smk)
     "report_file": "results/{dataset}_{page}.{ext}",
     "comparability": "results/{dataset}_comparability.tsv",
+    "training": "results/{dataset}_training.tsv",
     "downloaded_corpus": "resources/{dataset}/downloads/corpus/{corpus}",
     "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
     "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",

@@ -31,6 +31,7 @@ rule tables:
         comparability=PATHS["comparability"],
     output:
         **{key: path("table", measure=key) for key in MEASURE_KEYS},
+        training=PATHS["training"],
     log:
         log_path("tables"),
     benchmark:
@@ -45,6 +46,7 @@ rule tables:
         methods=METHODS,
         partitions=PARTS,
         mean_column=DATASET.mean_column,
+        training=ROW_TRAINING,
     script:
         "../scripts/tables.py"
 

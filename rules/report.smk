@@ -90,6 +90,7 @@ rule report_results:
         label=lambda wc: measure_label(MEASURE_NAMES[wc.measure]),
         dataset=DATASET.name,
         split=config["split"],
+        training=ROW_TRAINING,
     script:
         "../scripts/report_results.py"
 

@@ -9,6 +9,12 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 run_stage(
     sm,
     lambda: results_views_stage(
-        sm.input.table, sm.params.measure, sm.params.dataset, sm.params.split, sm.output.html, sm.output.chart
+        sm.input.table,
+        sm.params.measure,
+        sm.params.dataset,
+        sm.params.split,
+        sm.output.html,
+        sm.output.chart,
+        training=sm.params.training,
     ),
 )

@@ -12,7 +12,9 @@ run_stage(
         list(sm.input.per_query),
         sm.params.methods,
         sm.params.partitions,
-        dict(sm.output.items()),
+        {key: path for key, path in sm.output.items() if key != "training"},
         mean_column=sm.params.mean_column,
+        training=sm.params.training,
+        training_out=sm.output.training,
     ),
 )

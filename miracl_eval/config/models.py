@@ -38,13 +38,18 @@ class Preset:
     name: str
     source: str
     settings: Mapping[str, Any]
+    #: how the preset's ``trained_on`` is known
+    training_source: str = ""
 
 
 @cache
 def presets() -> dict[str, Preset]:
     """The shipped presets, by name."""
     data = yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8"))
-    return {name: Preset(name, entry["source"], entry["settings"]) for name, entry in data.items()}
+    return {
+        name: Preset(name, entry["source"], entry["settings"], entry.get("training_source", ""))
+        for name, entry in data.items()
+    }
 
 
 def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -128,3 +128,44 @@ def system_facts(config: Mapping[str, Any], label: str) -> dict[str, object]:
         facts.update(flatten_config({k: v for k, v in hybrid.items() if k != "systems"}, "hybrid."))
         facts["hybrid.systems"] = "+".join(m.method for m in members)  # e.g. bm25+dense
     return facts
+
+
+#: a row's training with respect to the run's dataset (:func:`training`)
+ZERO_SHOT, IN_DOMAIN, UNKNOWN_TRAINING = "zero-shot", "in-domain", "unknown"
+#: the marks the report gives rows that are not zero-shot
+TRAINING_MARKS: Mapping[str, str] = {ZERO_SHOT: "", IN_DOMAIN: "†", UNKNOWN_TRAINING: "?"}
+
+
+def _model_training(spec: Mapping[str, Any], dataset: str) -> str:
+    trained_on = spec.get("trained_on")
+    if trained_on is None:
+        return UNKNOWN_TRAINING
+    return IN_DOMAIN if dataset in trained_on else ZERO_SHOT
+
+
+def training(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Per row: ``training`` (``zero-shot``, ``in-domain``: its model was trained on the run's dataset's
+    training split, or ``unknown``: a model without ``trained_on``) and ``trained_on`` (the datasets,
+    ``+``-joined; ``-`` for none, ``?`` when unknown). BM25 is zero-shot; a hybrid is in-domain when a
+    member is, else unknown when a member is, else zero-shot."""
+    dataset = config["dataset"]
+
+    def of_model(model: str) -> dict[str, str]:
+        names = config["models"][model].get("trained_on")
+        status = _model_training(config["models"][model], dataset)
+        return {"training": status, "trained_on": "?" if names is None else "+".join(names) or "-"}
+
+    def of_label(label: str) -> dict[str, str]:  # a hybrid's member, a row of the run or not
+        return {"training": ZERO_SHOT, "trained_on": "-"} if label == BM25 else of_model(label.split("/", 1)[0])
+
+    out: dict[str, dict[str, str]] = {}
+    for system in systems(config):
+        if system.hybrid is None:
+            out[system.label] = of_model(system.model) if system.model is not None else of_label(BM25)
+            continue
+        members = [of_label(m) for m in config["hybrids"][system.hybrid]["systems"]]
+        statuses = {m["training"] for m in members}
+        status = IN_DOMAIN if IN_DOMAIN in statuses else UNKNOWN_TRAINING if UNKNOWN_TRAINING in statuses else ZERO_SHOT
+        names = sorted({n for m in members for n in m["trained_on"].split("+") if n not in ("-", "?")})
+        out[system.label] = {"training": status, "trained_on": "+".join(names) or "-"}
+    return out

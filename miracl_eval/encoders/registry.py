@@ -65,6 +65,16 @@ COMMON_SETTINGS: Mapping[str, Any] = {
     },
     "query_max_length": _max_length("query"),
     "passage_max_length": _max_length("passage"),
+    "trained_on": {
+        "type": ["array", "null"],
+        "items": {"type": "string", "enum": ["miracl", "messirve"]},
+        "uniqueItems": True,
+        "default": None,
+        "description": (
+            "the datasets whose training split the model was trained on (its rows on them are in-domain, not "
+            "zero-shot); [] = none; null = unknown. Presets give it with its source; it changes no encoding"
+        ),
+    },
     "title_join": {
         "type": ["string", "null"],
         "default": None,
@@ -235,6 +245,8 @@ FAMILIES: Mapping[str, Family] = {
 }
 
 
+#: settings that describe a model and change none of its outputs
+DESCRIPTIVE = ("trained_on",)
 #: settings read only when encoding one role's texts (by name: ``query_*``, ``passage_*``, and the title join)
 _ROLE_SETTINGS: Mapping[str, tuple[str, ...]] = {"query": ("query_",), "passage": ("passage_", "title_join")}
 
@@ -247,7 +259,9 @@ def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[
     other = {"query": "passage", "passage": "query", None: None}[role]
     drop = _ROLE_SETTINGS.get(other, ()) if other else ()
     return {
-        k: v for k, v in spec.items() if k not in family.retrieval_settings and not any(k.startswith(p) for p in drop)
+        k: v
+        for k, v in spec.items()
+        if k not in family.retrieval_settings and k not in DESCRIPTIVE and not any(k.startswith(p) for p in drop)
     }
 
 

@@ -238,6 +238,14 @@ def tables_stage(
     partitions: Sequence[str],
     outputs: Mapping[str, str | os.PathLike[str]],
     mean_column: bool = True,
+    training: Mapping[str, Mapping[str, str]] | None = None,
+    training_out: str | os.PathLike[str] | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor."""
-    return write_tables(keyed_inputs(inputs, methods, partitions), methods, partitions, outputs, mean_column)
+    """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor; with
+    ``training`` (:func:`miracl_eval.config.systems.training`), the rows' training beside the tables."""
+    values = write_tables(keyed_inputs(inputs, methods, partitions), methods, partitions, outputs, mean_column)
+    if training is not None and training_out is not None:
+        from miracl_eval.evaluation.training import write_training
+
+        write_training({m: training[m] for m in methods}, training_out)
+    return values

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from miracl_eval.atomic import write_text_atomic
+from miracl_eval.config.systems import IN_DOMAIN, TRAINING_MARKS, UNKNOWN_TRAINING, ZERO_SHOT
 from miracl_eval.evaluation import metrics, published
 from miracl_eval.report.charts import bar_chart
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label
@@ -27,12 +28,18 @@ def read_results(path: PathLike) -> tuple[list[str], dict[str, dict[str, float]]
 
 
 def results_html(
-    columns: Sequence[str], values: Mapping[str, Mapping[str, float]], title: str, note: str | None = None
+    columns: Sequence[str],
+    values: Mapping[str, Mapping[str, float]],
+    title: str,
+    note: str | None = None,
+    training: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str:
-    """A results table (as :func:`read_results` gives it) as HTML, the best value of each column in bold."""
+    """A results table (as :func:`read_results` gives it) as HTML, the best value of each column in bold;
+    rows that are not zero-shot marked (``training``: :func:`miracl_eval.config.systems.training`)."""
     methods = list(values)
     best = {c: max(values[m][c] for m in methods) for c in columns} if methods else {}
-    rows = [[m, *(fmt(values[m][c]) for c in columns)] for m in methods]
+    marks = {m: TRAINING_MARKS[training[m]["training"]] for m in methods if training and m in training}
+    rows = [[m + marks.get(m, ""), *(fmt(values[m][c]) for c in columns)] for m in methods]
     classes = [
         [
             "",
@@ -51,7 +58,13 @@ def results_html(
 
 
 def results_views_stage(
-    table: PathLike, measure: str, dataset: str, split: str, html_out: PathLike, chart_out: PathLike
+    table: PathLike,
+    measure: str,
+    dataset: str,
+    split: str,
+    html_out: PathLike,
+    chart_out: PathLike,
+    training: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, int]:
     """Stage entry point: a results table as HTML and as a bar chart."""
     label = measure_label(measure)
@@ -63,6 +76,12 @@ def results_views_stage(
         + (", and the unweighted mean over the languages." if metrics.MEAN in columns else ".")
         + " Bold: the best method of each column."
     )
-    write_text_atomic(html_out, results_html(columns, values, title, note))
+    if training and any(training.get(m, {}).get("training") != ZERO_SHOT for m in values):
+        note += (
+            f" {TRAINING_MARKS[IN_DOMAIN]} in-domain: the model was trained on {dataset}'s training split (not "
+            f"zero-shot); {TRAINING_MARKS[UNKNOWN_TRAINING]} unknown (no trained_on setting); unmarked rows are "
+            f"zero-shot (results/{dataset}_training.tsv)."
+        )
+    write_text_atomic(html_out, results_html(columns, values, title, note, training))
     bar_chart(values, columns, chart_out, title, label)
     return {"methods": len(values), "columns": len(columns)}

@@ -83,6 +83,11 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert (settings["bm25.k1"], settings["bm25.b"]) == ("0.9", "0.4")
     sw = len((SAMPLE / "miracl/sw/corpus.jsonl").read_text(encoding="utf-8").splitlines())
     assert settings["encoder.shard_size"] == "60" and settings["sw"] == f"{sw} passages, 3 encoding shards of up to 60"
+    # BGE-M3 (the preset's trained_on: MIRACL's training split) is in-domain on MIRACL; BM25 zero-shot
+    trained = {r["row"]: r["training"] for r in tsv_dicts(sample_report / "results/miracl_training.tsv")}
+    assert trained == {m: "zero-shot" if m == "bm25" else "in-domain" for m in METHODS}
+    page = (sample_report / "results/miracl_ndcg.html").read_text(encoding="utf-8")
+    assert "bge-m3/dense†" in page and "bm25†" not in page and "not zero-shot" in page
 
 
 def test_significance_table_has_every_pair_language_and_mean(sample_report: Path) -> None:
