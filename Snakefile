@@ -41,6 +41,7 @@ include: "rules/report.smk"
 
 
 from miracl_eval.evaluation.comparability import run_notice
+from miracl_eval.evaluation.reproduction import run_notice as reproduction_notice
 from miracl_eval.inputs.judged import judged_notice
 from miracl_eval.report.plan import plain_report_problem
 
@@ -82,6 +83,12 @@ onsuccess:
             )
             for p in PARTS
         }
+    ):
+        print(line)
+    for line in reproduction_notice(
+        path("reproduction", dataset=DATASET.name),
+        expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
+        DATASET.name,
     ):
         print(line)
 

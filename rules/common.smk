@@ -94,6 +94,7 @@ PATHS = {
     "report_file": "results/{dataset}_{page}.{ext}",
     "comparability": "results/{dataset}_comparability.tsv",
     "training": "results/{dataset}_training.tsv",
+    "reproduction": "results/{dataset}_reproduction.tsv",
     "downloaded_corpus": "resources/{dataset}/downloads/corpus/{corpus}",
     "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
     "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",

@@ -32,6 +32,7 @@ rule tables:
     output:
         **{key: path("table", measure=key) for key in MEASURE_KEYS},
         training=PATHS["training"],
+        reproduction=PATHS["reproduction"],
     log:
         log_path("tables"),
     benchmark:
@@ -47,6 +48,11 @@ rule tables:
         partitions=PARTS,
         mean_column=DATASET.mean_column,
         training=ROW_TRAINING,
+        dataset=DATASET.name,
+        split=config["split"],
+        # the verdicts' tolerances; the rest of the run's config (what a published number is matched
+        # on) is read from the config by the script: every setting it matches on changes the results
+        reproduction=config["reproduction"],
     script:
         "../scripts/tables.py"
 

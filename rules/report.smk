@@ -54,6 +54,7 @@ REPORT_TARGETS = (
 
 rule report_results:
     input:
+        reproduction=PATHS["reproduction"],
         table=report(
             PATHS["table"],
             caption="../report/results.rst",

@@ -16,5 +16,6 @@ run_stage(
         sm.output.html,
         sm.output.chart,
         training=sm.params.training,
+        reproduction=sm.input.reproduction,
     ),
 )

@@ -12,9 +12,16 @@ run_stage(
         list(sm.input.per_query),
         sm.params.methods,
         sm.params.partitions,
-        {key: path for key, path in sm.output.items() if key != "training"},
+        {key: path for key, path in sm.output.items() if key not in ("training", "reproduction")},
         mean_column=sm.params.mean_column,
         training=sm.params.training,
         training_out=sm.output.training,
+        reproduction={
+            "dataset": sm.params.dataset,
+            "split": sm.params.split,
+            "run_config": {**sm.config, "reproduction": sm.params.reproduction},
+            "comparability": sm.input.comparability,
+            "output": sm.output.reproduction,
+        },
     ),
 )

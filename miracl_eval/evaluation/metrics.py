@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import ir_measures
 import pyarrow as pa
@@ -240,12 +240,22 @@ def tables_stage(
     mean_column: bool = True,
     training: Mapping[str, Mapping[str, str]] | None = None,
     training_out: str | os.PathLike[str] | None = None,
+    reproduction: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor; with
-    ``training`` (:func:`miracl_eval.config.systems.training`), the rows' training beside the tables."""
+    """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor. Beside
+    the tables: with ``training`` (:func:`miracl_eval.config.systems.training`), the rows' training;
+    with ``reproduction`` (``dataset``, ``split``, ``run_config``, ``comparability``, ``output``), the
+    verdicts of the published numbers (:mod:`miracl_eval.evaluation.reproduction`)."""
     values = write_tables(keyed_inputs(inputs, methods, partitions), methods, partitions, outputs, mean_column)
     if training is not None and training_out is not None:
         from miracl_eval.evaluation.training import write_training
 
         write_training({m: training[m] for m in methods}, training_out)
+    if reproduction is not None:
+        from miracl_eval.evaluation.reproduction import reproduction_stage
+
+        names = {m.key: m.name for m in MEASURES}
+        tables = {names[key]: path for key, path in outputs.items()}
+        r = reproduction
+        reproduction_stage(tables, r["dataset"], r["split"], r["run_config"], r["comparability"], r["output"])
     return values

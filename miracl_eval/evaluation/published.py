@@ -339,3 +339,20 @@ def format_side_by_side(rows: Sequence[SideBySideRow]) -> str:
 def write_side_by_side(rows: Sequence[SideBySideRow], path: str | os.PathLike[str]) -> None:
     """Write :func:`side_by_side` rows as TSV, atomically (floats round-trip exactly)."""
     write_text_atomic(path, format_side_by_side(rows))
+
+
+def published_rows(
+    tables: Mapping[str, str | os.PathLike[str]],
+    dataset: str,
+    split: str,
+    run_config: Mapping[str, object],
+    comparable: Collection[str],
+) -> list[SideBySideRow]:
+    """:func:`side_by_side` rows of every measure; ``tables`` maps an ir_measures name (``nDCG@10``,
+    ``R@100``) to our results table; only the ``comparable`` partitions
+    (:mod:`miracl_eval.evaluation.comparability`) are compared."""
+    rows: list[SideBySideRow] = []
+    shipped = load_published()
+    for measure, path in tables.items():
+        rows += side_by_side(read_results_table(path), dataset, split, measure, run_config, shipped, comparable)
+    return rows

@@ -5,30 +5,12 @@ and HTML, with the comparability check of the data (:mod:`miracl_eval.evaluation
 from __future__ import annotations
 
 import html
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.evaluation import comparability, published
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label, signed
 from miracl_eval.types import PathLike
-
-
-def published_rows(
-    tables: Mapping[str, PathLike],
-    dataset: str,
-    split: str,
-    run_config: Mapping[str, object],
-    comparable: Collection[str],
-) -> list[published.SideBySideRow]:
-    """:func:`miracl_eval.evaluation.published.side_by_side` rows of every measure; ``tables`` maps an
-    ir_measures name (``nDCG@10``, ``R@100``) to our results table; only the ``comparable``
-    partitions (:mod:`miracl_eval.evaluation.comparability`) are compared."""
-    rows: list[published.SideBySideRow] = []
-    shipped = published.load_published()
-    for measure, path in tables.items():
-        ours = published.read_results_table(path)
-        rows += published.side_by_side(ours, dataset, split, measure, run_config, shipped, comparable)
-    return rows
 
 
 def comparability_html(checks: Sequence[Mapping[str, str]]) -> str:
@@ -110,7 +92,7 @@ def published_stage(
     """Stage entry point: the side-by-side table of the comparable partitions (the stage
     :func:`miracl_eval.evaluation.comparability.comparability_stage`'s table) as TSV (exact) and HTML."""
     checks = comparability.read_comparability(comparability_tsv)
-    rows = published_rows(tables, dataset, split, run_config, comparability.comparable_partitions(checks))
+    rows = published.published_rows(tables, dataset, split, run_config, comparability.comparable_partitions(checks))
     published.write_side_by_side(rows, tsv_out)
     write_text_atomic(html_out, published_html(rows, f"Published numbers — {dataset} {split}", checks))
     return {"matched": len(rows), "comparable_partitions": len(comparability.comparable_partitions(checks))}

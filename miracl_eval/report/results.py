@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.config.systems import IN_DOMAIN, TRAINING_MARKS, UNKNOWN_TRAINING, ZERO_SHOT
 from miracl_eval.evaluation import metrics, published
+from miracl_eval.evaluation.reproduction import read_reproduction, summary
 from miracl_eval.report.charts import bar_chart
 from miracl_eval.report.html import fmt, html_page, html_table, measure_label
 from miracl_eval.tsv import read_tsv
@@ -65,6 +66,7 @@ def results_views_stage(
     html_out: PathLike,
     chart_out: PathLike,
     training: Mapping[str, Mapping[str, str]] | None = None,
+    reproduction: PathLike | None = None,
 ) -> dict[str, int]:
     """Stage entry point: a results table as HTML and as a bar chart."""
     label = measure_label(measure)
@@ -82,6 +84,10 @@ def results_views_stage(
             f"zero-shot); {TRAINING_MARKS[UNKNOWN_TRAINING]} unknown (no trained_on setting); unmarked rows are "
             f"zero-shot (results/{dataset}_training.tsv)."
         )
+    if reproduction is not None:
+        rows = [r for r in read_reproduction(reproduction) if r["measure"] == measure]
+        lines = summary(rows) if rows else ["no published number of this measure is comparable with this run"]
+        note += " Reproduction (results/" + f"{dataset}_reproduction.tsv): " + "; ".join(lines) + "."
     write_text_atomic(html_out, results_html(columns, values, title, note, training))
     bar_chart(values, columns, chart_out, title, label)
     return {"methods": len(values), "columns": len(columns)}

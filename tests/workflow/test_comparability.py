@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from miracl_eval.evaluation import comparability, published
 from miracl_eval.report.plan import plain_report_problem
 from miracl_eval.tsv import read_tsv
-from tests.helpers import BM25_LANGS, REPO, SAMPLE, planned_jobs, snakemake
+from tests.helpers import BM25_LANGS, REPO, SAMPLE, SHARED, planned_jobs, sample_config, snakemake, write_config
 
 # =========================================================================== a BM25-only sample run
 
@@ -90,3 +91,52 @@ def test_make_report_plans_the_demo_report(tmp_path: Path) -> None:
     for rule in ("report_published", "report_settings", "report_significance", "report_sensitivity"):
         assert jobs.get(rule) == 1, rule
     assert jobs["report_results"] == 2
+
+
+# =========================================================================== a comparable run: verdicts
+
+YO_PASSAGES = 49_043  # MIRACL v1.0's Yoruba corpus (the reference sizes)
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "miracl-v1.0-dev").is_dir(), reason="../shared is absent")
+def test_a_comparable_run_gets_a_verdict_per_published_number(tmp_path: Path) -> None:
+    """The real Yoruba dev topics and qrels (../shared) with a synthetic corpus of the published passage
+    count: the run is comparable, so BM25 is set beside pyserini's 2CR numbers with a verdict each, in
+    results/miracl_reproduction.tsv and at the end of the run; a tolerance given for that source decides."""
+    dev = SHARED / "data" / "miracl-v1.0-dev"
+    qrels = (dev / "qrels" / "qrels.miracl-v1.0-yo-dev.tsv").read_text(encoding="utf-8").split("\n")
+    judged = sorted({line.split()[2] for line in qrels if line.strip()})
+    topics = {q: t for q, t in (line.split("\t") for line in (dev / "topics" / "topics.miracl-v1.0-yo-dev.tsv")
+                                .read_text(encoding="utf-8").splitlines() if line.strip())}  # fmt: skip
+    lines = [json.dumps({"docid": d, "title": "", "text": f"passage {d}"}) for d in judged]
+    lines += [json.dumps({"docid": f"synthetic-{i}", "title": "", "text": f"filler text number {i}"})
+              for i in range(YO_PASSAGES - len(judged))]  # fmt: skip
+    (tmp_path / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = sample_config(["yo"], threads=1, methods=["bm25"])
+    cfg["source"] = {
+        "corpus": str(tmp_path / "corpus.jsonl"),
+        "topics": str(dev / "topics" / "topics.miracl-v1.0-yo-dev.tsv"),
+        "qrels": str(dev / "qrels" / "qrels.miracl-v1.0-yo-dev.tsv"),
+    }
+    proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl_ndcg.tsv")
+    (check,) = comparability.read_comparability(tmp_path / "results" / "miracl_comparability.tsv")
+    assert check["comparable"] == "yes", check
+    assert len(topics) == 119
+    _, rows = read_tsv(tmp_path / "results" / "miracl_reproduction.tsv")
+    cells = {(r[0], r[1], r[2], r[3]): r for r in rows}
+    assert set(cells) == {("bm25", "pyserini-1.6.0-2cr", "yo", m) for m in ("nDCG@10", "R@100")}
+    for (_, _, _, measure), r in cells.items():
+        published_value, ours, diff, tol, verdict = float(r[4]), float(r[5]), float(r[6]), float(r[7]), r[8]
+        assert tol == {"nDCG@10": 0.005, "R@100": 0.01}[measure]
+        assert diff == pytest.approx(ours - published_value, abs=1e-12)
+        assert verdict == ("OK" if abs(diff) <= tol else "FAIL")
+    ndcg = cells[("bm25", "pyserini-1.6.0-2cr", "yo", "nDCG@10")]
+    word = "1 of 1 language" if ndcg[8] == "OK" else "0 of 1 language"
+    assert f"bm25: {word} within 0.5 points of pyserini-1.6.0-2cr (nDCG@10)" in proc.stdout + proc.stderr
+    # a tolerance for that source that covers the difference turns the verdict: the tables are rewritten only
+    wide = abs(float(ndcg[6])) + 0.01
+    cfg["reproduction"] = {"sources": {"pyserini-1.6.0-2cr": {"nDCG@10": wide}}}
+    again = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl_ndcg.tsv")
+    assert planned_jobs(again) == {"tables": 1}
+    _, rows = read_tsv(tmp_path / "results" / "miracl_reproduction.tsv")
+    assert {r[3]: r[8] for r in rows}["nDCG@10"] == "OK"

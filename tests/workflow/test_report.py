@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from miracl_eval.evaluation import published, significance
+from miracl_eval.evaluation.published import published_rows
 from miracl_eval.report import plan as report_plan
 from miracl_eval.report import stage_costs
-from miracl_eval.report.published import published_rows
 from miracl_eval.report.sensitivity import SENSITIVITY_LABEL
 from miracl_eval.tsv import read_tsv
 from tests.helpers import SAMPLE, m3_config, planned_jobs, snakemake, write_config
@@ -88,6 +88,7 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     assert trained == {m: "zero-shot" if m == "bm25" else "in-domain" for m in METHODS}
     page = (sample_report / "results/miracl_ndcg.html").read_text(encoding="utf-8")
     assert "bge-m3/dense†" in page and "bm25†" not in page and "not zero-shot" in page
+    assert "Reproduction (results/miracl_reproduction.tsv): no published number of this measure is comparable" in page
 
 
 def test_significance_table_has_every_pair_language_and_mean(sample_report: Path) -> None:
