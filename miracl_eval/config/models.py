@@ -31,6 +31,8 @@ RESERVED = frozenset({"bm25"})
 #: where the workflow's own rules build checkpoints (a tiny model, me5-small): an input of the model's
 #: jobs, checked when loaded, not at start-up (it may not be built yet)
 BUILT_CHECKPOINTS = "resources/models/"
+#: where the fetch_model rule keeps hub models (``PATHS["hub_model"]``)
+HUB_MODELS_DIR = "resources/models/hub"
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,29 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
             check_checkpoint(folder)
         except InputError as err:
             raise ConfigError(f"{key}.checkpoint", str(err)) from None
+    if spec["family"] == "dense":
+        spec = _checkpoint_settings(spec, folder, key)
     return spec
+
+
+def _checkpoint_settings(spec: dict[str, Any], folder: Path, key: str) -> dict[str, Any]:
+    """A dense spec's left-out settings from its checkpoint's sentence-transformers files, when the
+    checkpoint is a folder here (a hub model once fetched: ``resources/models/hub/{org}--{name}``);
+    otherwise they are read when the model is loaded."""
+    from miracl_eval.encoders.checkpoints import hub_folder_name, is_hub_id
+    from miracl_eval.encoders.registry import FROM_CHECKPOINT_KEY
+    from miracl_eval.encoders.st_settings import fill_from_checkpoint
+
+    local = folder if folder.is_dir() else None
+    if local is None and is_hub_id(spec["checkpoint"]):
+        fetched = Path(HUB_MODELS_DIR) / hub_folder_name(spec["checkpoint"])
+        local = fetched if fetched.is_dir() else None
+    if local is None:
+        return spec
+    filled, read = fill_from_checkpoint(spec, local, key)
+    if read:
+        filled[FROM_CHECKPOINT_KEY] = read
+    return filled
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:

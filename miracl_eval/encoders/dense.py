@@ -31,6 +31,7 @@ from miracl_eval.encoders.base import (
     load_checkpoint,
     resolve_model_dir,
 )
+from miracl_eval.encoders.st_settings import MissingSettings, fill_from_checkpoint
 from miracl_eval.errors import InputError
 
 
@@ -79,5 +80,14 @@ def _eos_suffix(ckpt: Checkpoint) -> tuple[int, ...]:
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> DenseEncoder:
     """Load the dense model of a resolved ``spec`` (a local folder or a hub id)."""
-    ckpt = load_checkpoint(resolve_model_dir(spec["checkpoint"]), "AutoModel", device, dtype)
+    folder = resolve_model_dir(spec["checkpoint"])
+    ckpt = load_checkpoint(folder, "AutoModel", device, dtype)
+    try:
+        spec, _ = fill_from_checkpoint(spec, folder, "models")
+    except MissingSettings as err:  # read when loaded: the checkpoint lacks what the config left out
+        raise InputError(
+            folder,
+            f"{', '.join(err.names)} not set in the config, and the checkpoint has no sentence-transformers "
+            "files (modules.json, 1_Pooling/config.json) to read them from",
+        ) from None
     return DenseEncoder(ckpt, spec)

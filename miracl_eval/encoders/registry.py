@@ -204,18 +204,40 @@ FAMILIES: Mapping[str, Family] = {
         outputs=("dense",),
         settings={
             "pooling": {
-                "type": "string",
-                "enum": ["cls", "mean", "last"],
-                "default": "mean",
+                "type": ["string", "null"],
+                "enum": ["cls", "mean", "last", None],
+                "default": None,
                 "description": (
                     "cls: the first token's state; mean: the mean over the text's tokens (attention mask); "
                     "last: the last token's state, the text ending with the tokenizer's EOS token "
-                    "(appended when the tokenizer does not add it), as E5-mistral"
+                    "(appended when the tokenizer does not add it), as E5-mistral; left out: the checkpoint's "
+                    "sentence-transformers Pooling module (1_Pooling/config.json), else an error"
                 ),
             },
-            "normalize": {"type": "boolean", "default": True, "description": "L2-normalize the vectors"},
-            "query_prefix": {"type": "string", "default": "", "description": "prepended to every query"},
-            "passage_prefix": {"type": "string", "default": "", "description": "prepended to every passage"},
+            "normalize": {
+                "type": ["boolean", "null"],
+                "default": None,
+                "description": (
+                    "L2-normalize the vectors; left out: whether the checkpoint's sentence-transformers "
+                    "modules.json has a Normalize module (an error without modules.json)"
+                ),
+            },
+            "query_prefix": {
+                "type": ["string", "null"],
+                "default": None,
+                "description": (
+                    "prepended to every query; left out: the checkpoint's sentence-transformers prompt named "
+                    "query (config_sentence_transformers.json), else none"
+                ),
+            },
+            "passage_prefix": {
+                "type": ["string", "null"],
+                "default": None,
+                "description": (
+                    "prepended to every passage; left out: the checkpoint's sentence-transformers prompt named "
+                    "document or passage, else none"
+                ),
+            },
             "query_template": {
                 "type": ["string", "null"],
                 "pattern": "\\{query\\}",
@@ -247,6 +269,9 @@ FAMILIES: Mapping[str, Family] = {
 
 #: settings that describe a model and change none of its outputs
 DESCRIPTIVE = ("trained_on",)
+#: the spec key listing the settings read from the checkpoint's sentence-transformers files
+#: (:mod:`miracl_eval.encoders.st_settings`): the encodings depend on the checkpoint, not on when they were read
+FROM_CHECKPOINT_KEY = "from_checkpoint"
 #: settings read only when encoding one role's texts (by name: ``query_*``, ``passage_*``, and the title join)
 _ROLE_SETTINGS: Mapping[str, tuple[str, ...]] = {"query": ("query_",), "passage": ("passage_", "title_join")}
 
@@ -258,10 +283,14 @@ def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[
     family = get_family(spec["family"])
     other = {"query": "passage", "passage": "query", None: None}[role]
     drop = _ROLE_SETTINGS.get(other, ()) if other else ()
+    read = spec.get(FROM_CHECKPOINT_KEY) or ()
     return {
-        k: v
+        k: None if k in read else v
         for k, v in spec.items()
-        if k not in family.retrieval_settings and k not in DESCRIPTIVE and not any(k.startswith(p) for p in drop)
+        if k not in family.retrieval_settings
+        and k not in DESCRIPTIVE
+        and k != FROM_CHECKPOINT_KEY
+        and not any(k.startswith(p) for p in drop)
     }
 
 

@@ -40,7 +40,7 @@ def test_shipped_configs_are_valid() -> None:
         (
             {"languages": ["sw"], "models": {"m": {"family": "dense", "checkpoint": "x", "pooling": "max"}}},
             "models.m.pooling",
-            "is not one of ['cls', 'mean', 'last']",
+            "is not one of ['cls', 'mean', 'last', None]",
         ),
         (
             {"languages": ["sw"], "models": {"m": {"family": "sparse", "checkpoint": "x"}}},
@@ -150,7 +150,8 @@ def test_a_local_checkpoint_folder_must_hold_config_weights_and_tokenizer(tmp_pa
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
-    cfg = {"languages": ["sw"], "models": {"my-e5": {"family": "dense", "checkpoint": str(folder)}}}
+    spec = {"family": "dense", "checkpoint": str(folder), "pooling": "mean", "normalize": True}
+    cfg = {"languages": ["sw"], "models": {"my-e5": spec}}
     with pytest.raises(ConfigError) as err:
         validate(cfg)
     assert err.value.key == "models.my-e5.checkpoint"

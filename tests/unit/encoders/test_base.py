@@ -18,6 +18,8 @@ FAMILY_OF_KIND = {"bge-m3": "bge-m3", "xlm-r": "dense", "bert": "dense", "decode
 
 def _load(kind: str, folder, **settings):
     family = get_family(FAMILY_OF_KIND[kind])
+    if family.name == "dense":  # the tiny checkpoints have no sentence-transformers files to read them from
+        settings = {"pooling": "mean", "normalize": True, **settings}
     return family.load(family.resolve({"checkpoint": str(folder), **settings}), device="cpu")
 
 

@@ -22,9 +22,11 @@ INSTRUCTION = "Given a question, retrieve Wikipedia passages that answer it"
 
 
 def _load(folder: Path, dtype: str = "float32", **settings) -> dense.DenseEncoder:
+    defaults = {"pooling": "mean", "normalize": True}  # the tiny checkpoints have no sentence-transformers files
     spec = get_family("dense").resolve(
-        {"checkpoint": str(folder), "query_max_length": QUERY_MAX, "passage_max_length": PASSAGE_MAX, **settings}
-    )
+        {"checkpoint": str(folder), "query_max_length": QUERY_MAX, "passage_max_length": PASSAGE_MAX, **defaults,
+         **settings}
+    )  # fmt: skip
     return dense.load(spec, device="cpu", dtype=dtype)
 
 

@@ -22,7 +22,16 @@ TOL = 1e-5
 #: family -> (checkpoint kind, settings beyond the checkpoint)
 FAMILIES = {
     "bge-m3": ("bge-m3", {"query_max_length": 32, "passage_max_length": 48}),
-    "dense": ("xlm-r", {"passage_max_length": 48, "query_prefix": "query: ", "passage_prefix": "passage: "}),
+    "dense": (
+        "xlm-r",
+        {
+            "pooling": "mean",
+            "normalize": True,
+            "passage_max_length": 48,
+            "query_prefix": "query: ",
+            "passage_prefix": "passage: ",
+        },
+    ),
     "splade": ("mlm", {"passage_max_length": 48}),
 }
 

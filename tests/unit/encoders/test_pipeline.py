@@ -18,7 +18,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 #: family -> (tiny checkpoint kind, settings)
 FAMILIES = {
     "bge-m3": ("bge-m3", {"query_max_length": 32, "passage_max_length": 64}),
-    "dense": ("xlm-r", {"passage_max_length": 64, "query_prefix": "query: ", "passage_prefix": "passage: "}),
+    "dense": (
+        "xlm-r",
+        {
+            "pooling": "mean",
+            "normalize": True,
+            "passage_max_length": 64,
+            "query_prefix": "query: ",
+            "passage_prefix": "passage: ",
+        },
+    ),
     "splade": ("mlm", {"passage_max_length": 64}),
 }
 #: absolute tolerance per family: the tiny masked LM's vocabulary logits (random weights of range 0.5)
@@ -78,7 +87,17 @@ def test_outputs_do_not_depend_on_budget_workers_or_windows(tiny_checkpoints, te
 
 def test_chunks_come_back_in_order_with_their_keys(tiny_checkpoints, texts) -> None:
     fam = get_family("dense")
-    enc = fam.load(fam.resolve({"checkpoint": str(tiny_checkpoints("xlm-r")), "passage_max_length": 64}), device="cpu")
+    enc = fam.load(
+        fam.resolve(
+            {
+                "checkpoint": str(tiny_checkpoints("xlm-r")),
+                "pooling": "mean",
+                "normalize": True,
+                "passage_max_length": 64,
+            }
+        ),
+        device="cpu",
+    )
     chunks = [("a", texts[:7]), ("empty", []), ("b", texts[7:30]), ("c", texts[30:])]
     host = HostSettings(token_budget=200, max_rows=8, workers=2, window=6)
     got = list(pipeline.encode_stream(enc, chunks, "passage", ("dense",), host))
@@ -116,7 +135,9 @@ def test_tokenizing_runs_ahead_in_the_planner_on_the_tokenizers_threads(tiny_che
 
 def test_an_error_in_the_input_reaches_the_caller_and_stops_every_thread(tiny_checkpoints, texts) -> None:
     fam = get_family("dense")
-    enc = fam.load(fam.resolve({"checkpoint": str(tiny_checkpoints("xlm-r"))}), device="cpu")
+    enc = fam.load(
+        fam.resolve({"checkpoint": str(tiny_checkpoints("xlm-r")), "pooling": "mean", "normalize": True}), device="cpu"
+    )
 
     def pipeline_threads() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name.startswith("encode-")]

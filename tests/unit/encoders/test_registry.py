@@ -44,6 +44,7 @@ def test_resolve_fills_every_default():
         "query_max_length": 256,
         "passage_max_length": 512,
         "title_join": None,
+        "trained_on": None,
         "weights": {"dense": 1.0, "sparse": 0.3, "multivec": 1.0},
         "rerank_depth": 200,
         "quantization": {"scale": 100, "rounding": "ceil"},
@@ -59,10 +60,11 @@ def test_resolve_fills_every_default():
         "query_max_length": 512,
         "passage_max_length": 512,
         "title_join": None,
+        "trained_on": None,
         "pooling": "last",
         "normalize": False,
-        "query_prefix": "",
-        "passage_prefix": "",
+        "query_prefix": None,  # left to the checkpoint's sentence-transformers files (none: no prompt)
+        "passage_prefix": None,
         "query_template": None,
     }
 
