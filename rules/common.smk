@@ -95,6 +95,7 @@ PATHS = {
     "comparability": "results/{dataset}_comparability.tsv",
     "training": "results/{dataset}_training.tsv",
     "reproduction": "results/{dataset}_reproduction.tsv",
+    "mteb": "results/mteb/{dataset}",
     "downloaded_corpus": "resources/{dataset}/downloads/corpus/{corpus}",
     "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
     "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",
@@ -198,6 +199,22 @@ def checkpoint_folder(model):
     if given.startswith(BUILT_CHECKPOINTS) or not is_hub_id(given):
         return given
     return path("hub_model", hub_model=hub_folder_name(given))
+
+
+def mteb_rows():
+    """What an MTEB result folder says of each row: its checkpoint, method and settings, and the
+    checkpoint's folder (a hub model's fetch record gives its revision)."""
+    rows = {}
+    for s in SYSTEMS:
+        if s.model is not None:
+            spec = MODELS[s.model]
+            rows[s.label] = {"checkpoint": spec["checkpoint"], "method": s.method,
+                             "settings": spec, "folder": checkpoint_folder(s.model)}  # fmt: skip
+        elif s.hybrid is not None:
+            rows[s.label] = {"method": "hybrid", "settings": HYBRIDS[s.hybrid]}
+        else:
+            rows[s.label] = {"method": "bm25", "settings": config["bm25"]}
+    return rows
 
 
 #: the hub models that the used models name, by the folder they are fetched into

@@ -88,3 +88,33 @@ rule comparability:
         corpora=CORPORA,
     script:
         "../scripts/comparability.py"
+
+
+# Every row as MTEB result files, over the partitions with the full data (none for a sample).
+rule mteb_results:
+    input:
+        runs=expand(path("run", dataset="{{dataset}}"), part=PARTS, system=METHODS),
+        qrels=expand(path("qrels", dataset="{{dataset}}"), part=PARTS),
+        comparability=PATHS["comparability"],
+    output:
+        directory(PATHS["mteb"]),
+    log:
+        log_path("mteb_results"),
+    benchmark:
+        benchmark_path("mteb_results")
+    conda:
+        "../envs/eval.yaml"
+    threads: 1
+    resources:
+        **request("evaluate"),
+    params:
+        dataset=DATASET.name,
+        split=config["split"],
+        runs=lambda wc: {
+            m: {p: path("run", dataset=wc.dataset, part=p, system=m) for p in PARTS}
+            for m in METHODS
+        },
+        qrels=lambda wc: {p: path("qrels", dataset=wc.dataset, part=p) for p in PARTS},
+        rows=mteb_rows(),
+    script:
+        "../scripts/mteb_results.py"

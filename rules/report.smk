@@ -37,7 +37,7 @@ SIGNIFICANCE = {
 
 # What a run keeps beside its numbers: the effective configuration, and the judged passages
 # missing from each partition's corpus.
-RUN_RECORDS = [PATHS["effective_config"]] + expand(
+RUN_RECORDS = [PATHS["effective_config"], PATHS["mteb"]] + expand(
     path("judged_not_in_corpus", dataset="{{dataset}}"), part=PARTS
 )
 

@@ -63,7 +63,7 @@ def load_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def _iter_run_queries(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, float]]]:
+def iter_run_queries(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, float]]]:
     """Yield ``(qid, {docid: score})`` from a run Parquet, whose rows are grouped by query."""
     current: str | None = None
     hits: dict[str, float] = {}
@@ -139,7 +139,7 @@ def evaluate_run(
 ) -> pa.Table:
     """Per-query values (qid, measure, value) of every query of ``qrels`` (see :func:`iter_query_values`)."""
     rows: dict[str, list] = {"qid": [], "measure": [], "value": []}
-    for qid, name, value in iter_query_values(_iter_run_queries(run), qrels, measures, chunk):
+    for qid, name, value in iter_query_values(iter_run_queries(run), qrels, measures, chunk):
         rows["qid"].append(qid)
         rows["measure"].append(name)
         rows["value"].append(value)

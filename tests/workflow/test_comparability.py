@@ -140,3 +140,17 @@ def test_a_comparable_run_gets_a_verdict_per_published_number(tmp_path: Path) ->
     assert planned_jobs(again) == {"tables": 1}
     _, rows = read_tsv(tmp_path / "results" / "miracl_reproduction.tsv")
     assert {r[3]: r[8] for r in rows}["nDCG@10"] == "OK"
+    # the run over the full data as MTEB results: loadable by mteb, equal to the tables
+    mteb_results = pytest.importorskip("mteb.results")
+    snakemake(tmp_path, write_config(tmp_path, cfg), "results/mteb/miracl")
+    result = tmp_path / "results/mteb/miracl/bm25/no_revision_available/MIRACLRetrieval.json"
+    loaded = mteb_results.TaskResult.from_disk(result)
+    (scores,) = loaded.scores["dev"]
+    table = published.read_results_table(tmp_path / "results" / "miracl_ndcg.tsv")["bm25"]["yo"]
+    recall = published.read_results_table(tmp_path / "results" / "miracl_recall100.tsv")["bm25"]["yo"]
+    assert (scores["hf_subset"], scores["languages"]) == ("yo", ["yor-Latn"])
+    assert loaded.get_score() == pytest.approx(table, abs=5e-5) and scores["recall_at_100"] == pytest.approx(
+        recall, abs=5e-5
+    )
+    meta = json.loads(result.with_name("model_meta.json").read_text())
+    assert meta["method"] == "bm25" and meta["settings"]["k1"] == 0.9

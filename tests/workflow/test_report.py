@@ -89,6 +89,12 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     page = (sample_report / "results/miracl_ndcg.html").read_text(encoding="utf-8")
     assert "bge-m3/dense†" in page and "bm25†" not in page and "not zero-shot" in page
     assert "Reproduction (results/miracl_reproduction.tsv): no published number of this measure is comparable" in page
+    # a sample is not the full data: no MTEB result is written, and a note says why
+    exported = sorted(p.name for p in (sample_report / "results/mteb/miracl").iterdir())
+    assert (
+        exported == ["README.txt"]
+        and "no MTEB result" in (sample_report / "results/mteb/miracl/README.txt").read_text()
+    )
 
 
 def test_significance_table_has_every_pair_language_and_mean(sample_report: Path) -> None:
