@@ -28,8 +28,9 @@ report: venv
 	$(BIN)/snakemake --cores $(CORES) --scheduler greedy --configfile sample/miracl.yaml --report report.html --report-after-run
 
 # every tier (tests/unit, tests/workflow, tests/benchmarks): what CI runs
+# on two workers, each test file on one (its tests share their fixtures and Snakemake runs)
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the unit tier alone: the library without Snakemake, a few minutes
 test-fast: venv
