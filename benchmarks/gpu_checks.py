@@ -194,8 +194,8 @@ def main() -> None:
         def families() -> str:
             details = []
             for family, kind, settings in (
-                ("dense", "xlm-r", {"pooling": "mean"}),
-                ("dense", "decoder", {"pooling": "last"}),
+                ("dense", "xlm-r", {"pooling": "mean", "normalize": True}),
+                ("dense", "decoder", {"pooling": "last", "normalize": True}),
                 ("splade", "mlm", {}),
             ):
                 folder = build_tiny_checkpoint(work / kind, texts, kind=kind)
