@@ -1,0 +1,63 @@
+"""What every reranker family shares: its settings, the pair tokenization, batching by length.
+
+A reranker scores ``(query, passage)`` pairs, one forward pass per batch of pairs sorted by length.
+Inputs follow FlagEmbedding's rerankers (the reference harness of the BGE rerankers' MIRACL
+numbers): the query's tokens (without special tokens) are cut to ``query_max_length`` (by default
+three quarters of ``max_length``), the passage's to ``max_length``, and the pair is then cut to
+``max_length`` by shortening the passage only (``truncation='only_second'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+#: pairs tokenized per call of the tokenizer (its memory holds every token of the call's texts)
+TOKENIZE_SLICE = 256
+
+
+class Reranker(Protocol):
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        """One float64 score per pair, in input order."""
+        ...
+
+
+def query_max_length(spec: Mapping[str, Any]) -> int:
+    """The query's token budget: ``query_max_length``, or three quarters of ``max_length`` (FlagEmbedding's)."""
+    given = spec.get("query_max_length")
+    return int(given) if given is not None else int(spec["max_length"]) * 3 // 4
+
+
+def token_ids(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids of ``texts`` without special tokens, each cut to ``max_length``."""
+    out: list[list[int]] = []
+    for start in range(0, len(texts), TOKENIZE_SLICE):
+        chunk = list(texts[start : start + TOKENIZE_SLICE])
+        out += tokenizer(chunk, add_special_tokens=False, max_length=max_length, truncation=True)["input_ids"]
+    return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> Iterator[np.ndarray]:
+    """Positions of the inputs, longest first, ``batch_size`` at a time (less padding)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    order = np.argsort([-n for n in lengths], kind="stable")
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def padded(
+    inputs: Sequence[list[int]], pad_id: int, device: torch.device, left: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of token lists, padded to the longest (right, or left)."""
+    width = max(len(ids) for ids in inputs)
+    ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(inputs), width), dtype=torch.long)
+    for i, row in enumerate(inputs):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = 1
+    return ids.to(device), mask.to(device)

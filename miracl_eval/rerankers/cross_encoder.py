@@ -1,0 +1,88 @@
+"""The cross-encoder family: a sequence-classification head over the (query, passage) pair.
+
+The score is the head's raw logit (one label), as sentence-transformers' ``CrossEncoder`` (without
+an activation) and FlagEmbedding's ``FlagReranker`` give it; ``sigmoid: true`` maps it to (0, 1),
+which does not change the order. The pair is the tokenizer's pair encoding
+(``<s> query </s></s> passage </s>`` for XLM-R, ``[CLS] query [SEP] passage [SEP]`` for BERT) of the
+query and passage cut to their token budgets as :mod:`.base` says (decoded back to text and encoded
+as a pair, the passage shortened to fit ``max_length``: what FlagEmbedding does with transformers 5,
+which dropped the id-level ``prepare_for_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
+from miracl_eval.errors import InputError
+from miracl_eval.rerankers.base import length_batches, padded, query_max_length, token_ids
+
+
+def check_head(path: Path) -> None:
+    """A cross-encoder checkpoint has a sequence-classification head with one label."""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(path / "config.json", f"cannot read the model's config ({err})") from err
+    archs = [str(a) for a in config.get("architectures") or []]
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise InputError(
+            path,
+            f"not a cross-encoder: its architectures ({', '.join(archs) or 'none'}) have no sequence-classification "
+            "head (family cross-encoder needs one, as a *ForSequenceClassification checkpoint)",
+        )
+    labels = len(config.get("id2label") or {}) or int(config.get("num_labels", 1))
+    if labels != 1:
+        raise InputError(path, f"the classification head has {labels} labels; a reranker's has one (its score)")
+
+
+class CrossEncoderReranker:
+    """A loaded cross-encoder: use :func:`load`."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: torch.device, spec: Mapping[str, Any]) -> None:
+        self.model, self.tokenizer, self.device, self.spec = model, tokenizer, device, spec
+        self.max_length = int(spec["max_length"])
+        self.query_max_length = query_max_length(spec)
+
+    def inputs(self, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
+        """The token ids of each pair, special tokens included."""
+        queries = token_ids(self.tokenizer, [q for q, _ in pairs], self.query_max_length)
+        passages = token_ids(self.tokenizer, [p for _, p in pairs], self.max_length)
+
+        def text(ids: list[int]) -> str:
+            return str(self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+        firsts, seconds = [text(q) for q in queries], [text(p) for p in passages]
+        encoded = self.tokenizer(firsts, seconds, truncation="only_second", max_length=self.max_length)
+        return [list(ids) for ids in encoded["input_ids"]]
+
+    @torch.inference_mode()
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        out = np.zeros(len(pairs), dtype=np.float64)
+        if not pairs:
+            return out
+        inputs = self.inputs(pairs)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        for positions in length_batches([len(x) for x in inputs], batch_size):
+            ids, mask = padded([inputs[i] for i in positions], pad, self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+            if self.spec.get("sigmoid"):
+                logits = torch.sigmoid(logits)
+            out[positions] = logits.cpu().numpy()
+        return out
+
+
+def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> CrossEncoderReranker:
+    """Load the cross-encoder of a resolved ``spec``; an :class:`InputError` when the checkpoint has no
+    one-label classification head."""
+    path = resolve_model_dir(spec["checkpoint"])
+    check_head(path)
+    ckpt = load_checkpoint(path, "AutoModelForSequenceClassification", device, dtype)
+    return CrossEncoderReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

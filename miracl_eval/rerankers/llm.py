@@ -1,0 +1,75 @@
+"""The llm family: a decoder prompted with the query and the passage; the score is the logit of "Yes".
+
+As FlagEmbedding's ``FlagLLMReranker`` (bge-reranker-v2-gemma): the query is ``query_instruction``
++ query (``A: ...``), the passage ``passage_instruction`` + passage (``B: ...``), each tokenized
+without special tokens and cut as :mod:`.base` says; the input is ``<bos>`` (when the tokenizer has
+one apart from its pad token) + query, then ``"\\n"`` + passage cut so that the two fit
+``max_length`` + the separator and prompt, then ``"\\n"`` + the prompt. The score is the logit of
+the first token of ``Yes`` at the last position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
+from miracl_eval.rerankers.base import length_batches, padded, query_max_length, token_ids
+
+#: FlagEmbedding's default prompt for its LLM rerankers
+DEFAULT_PROMPT = (
+    "Given a query A and a passage B, determine whether the passage contains an answer to the query by "
+    "providing a prediction of either 'Yes' or 'No'."
+)
+
+
+class LlmReranker:
+    """A loaded LLM reranker: use :func:`load`."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: torch.device, spec: Mapping[str, Any]) -> None:
+        self.model, self.tokenizer, self.device, self.spec = model, tokenizer, device, spec
+        self.max_length = int(spec["max_length"])
+        self.query_max_length = query_max_length(spec)
+        self.prompt_ids = tokenizer(spec["prompt"], add_special_tokens=False)["input_ids"]
+        self.sep_ids = tokenizer("\n", add_special_tokens=False)["input_ids"]
+        self.yes_id = tokenizer("Yes", add_special_tokens=False)["input_ids"][0]
+        bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
+        self.prefix = [bos] if bos is not None and bos != pad else []
+
+    def inputs(self, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
+        q_texts = [self.spec["query_instruction"] + q for q, _ in pairs]
+        p_texts = [self.spec["passage_instruction"] + p for _, p in pairs]
+        queries = token_ids(self.tokenizer, q_texts, self.query_max_length)
+        passages = token_ids(self.tokenizer, p_texts, self.max_length)
+        budget = self.max_length + len(self.sep_ids) + len(self.prompt_ids)
+        out = []
+        for q, p in zip(queries, passages, strict=True):
+            first = self.prefix + q
+            second = (self.sep_ids + p)[: max(0, budget - len(first))]  # only the second is cut
+            out.append(first + second + self.sep_ids + self.prompt_ids)
+        return out
+
+    @torch.inference_mode()
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        out = np.zeros(len(pairs), dtype=np.float64)
+        if not pairs:
+            return out
+        inputs = self.inputs(pairs)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        for positions in length_batches([len(x) for x in inputs], batch_size):
+            ids, mask = padded([inputs[i] for i in positions], pad, self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            last = mask.sum(dim=1) - 1
+            out[positions] = (
+                logits[torch.arange(len(positions), device=logits.device), last, self.yes_id].float().cpu().numpy()
+            )
+        return out
+
+
+def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> LlmReranker:
+    """Load the decoder of a resolved ``spec`` (a causal language model with its head)."""
+    ckpt = load_checkpoint(resolve_model_dir(spec["checkpoint"]), "AutoModelForCausalLM", device, dtype)
+    return LlmReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

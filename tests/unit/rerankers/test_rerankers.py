@@ -1,0 +1,100 @@
+"""The reranker families against sentence-transformers' CrossEncoder, FlagEmbedding's FlagReranker and
+FlagLLMReranker, each on the same tiny random checkpoint (built offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from miracl_eval.errors import InputError
+from miracl_eval.rerankers import cross_encoder, llm
+from tests.helpers import sample_passages, sample_queries
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_checkpoints, tmp_path_factory) -> Path:
+    """An XLM-R-shaped sequence classifier with one label (a random head)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    base = tiny_checkpoints("xlm-r")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+    with torch.no_grad():
+        for p in model.classifier.parameters():
+            p.normal_(0, 0.5)  # scores that differ between pairs
+    out = tmp_path_factory.mktemp("ce") / "tiny-ce"
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_checkpoints, tmp_path_factory) -> Path:
+    """A tiny Mistral causal language model, its head saved."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = tiny_checkpoints("decoder")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    out = tmp_path_factory.mktemp("llm") / "tiny-llm"
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
+def _pairs() -> list[tuple[str, str]]:
+    queries, passages = sample_queries(["en", "zh", "ar", "sw"]), sample_passages(["en", "zh", "ar", "sw"], 2)
+    return [(q, p) for i, q in enumerate(queries) for j, p in enumerate(passages) if (i + j) % 3 == 0]
+
+
+def _ce_spec(folder: Path, max_length: int = 512, **extra) -> dict:
+    return {"family": "cross-encoder", "checkpoint": str(folder), "max_length": max_length, "sigmoid": False, **extra}
+
+
+@pytest.mark.parametrize("max_length", [512, 40])
+def test_cross_encoder_equals_flag_reranker(classifier, max_length) -> None:
+    flag_embedding = pytest.importorskip("FlagEmbedding")
+    pairs = _pairs()
+    ours = cross_encoder.load(_ce_spec(classifier, max_length), device="cpu").score(pairs, batch_size=5)
+    flag = flag_embedding.FlagReranker(str(classifier), use_fp16=False, devices="cpu", max_length=max_length)
+    theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4, normalize=False))
+    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    assert np.unique(np.round(ours, 5)).size > len(pairs) // 2  # the scores do not tie
+    if max_length == 40:  # truncation at work: the passage is cut, never the query
+        ce = cross_encoder.load(_ce_spec(classifier, max_length), device="cpu")
+        assert max(len(x) for x in ce.inputs(pairs)) == 40
+
+
+def test_cross_encoder_equals_sentence_transformers_and_its_sigmoid(classifier) -> None:
+    st = pytest.importorskip("sentence_transformers")
+    pairs = [(q, p[:200]) for q, p in _pairs()]  # no truncation: both tokenizations agree
+    ours = cross_encoder.load(_ce_spec(classifier), device="cpu").score(pairs, batch_size=3)
+    model = st.CrossEncoder(str(classifier), device="cpu", max_length=512)
+    theirs = model.predict(pairs, batch_size=4, activation_fn=torch.nn.Identity())
+    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    squashed = cross_encoder.load(_ce_spec(classifier, sigmoid=True), device="cpu").score(pairs, batch_size=3)
+    np.testing.assert_allclose(squashed, 1 / (1 + np.exp(-ours)), atol=1e-6)
+    assert (np.argsort(squashed) == np.argsort(ours)).all()
+
+
+def test_llm_reranker_equals_flag_llm_reranker(decoder) -> None:
+    flag_embedding = pytest.importorskip("FlagEmbedding")
+    pairs = _pairs()
+    spec = {"family": "llm", "checkpoint": str(decoder), "max_length": 48, "prompt": llm.DEFAULT_PROMPT,
+            "query_instruction": "A: ", "passage_instruction": "B: "}  # fmt: skip
+    ours = llm.load(spec, device="cpu").score(pairs, batch_size=5)
+    flag = flag_embedding.FlagLLMReranker(str(decoder), use_fp16=False, use_bf16=False, devices="cpu", max_length=48)
+    theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4))
+    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    assert np.unique(np.round(ours, 5)).size > len(pairs) // 2
+
+
+def test_a_checkpoint_without_a_classification_head_is_refused(tiny_checkpoints) -> None:
+    with pytest.raises(InputError, match="not a cross-encoder: its architectures .* have no sequence-classification"):
+        cross_encoder.load(_ce_spec(tiny_checkpoints("xlm-r")), device="cpu")
