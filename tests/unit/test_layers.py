@@ -20,6 +20,7 @@ LAYERS = {
     "lucene": 5,
     "faiss": 5,
     "fusion": 6,
+    "rerankers": 6,
     "evaluation": 7,
     "report": 8,
 }
