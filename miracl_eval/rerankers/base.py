@@ -9,7 +9,7 @@ three quarters of ``max_length``), the passage's to ``max_length``, and the pair
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,3 +61,21 @@ def padded(
         ids[i, span] = torch.tensor(row, dtype=torch.long)
         mask[i, span] = 1
     return ids.to(device), mask.to(device)
+
+
+@torch.inference_mode()
+def score_inputs(
+    inputs: Sequence[list[int]],
+    tokenizer: Any,
+    device: torch.device,
+    batch_size: int,
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> np.ndarray:
+    """``forward(input_ids, attention_mask)`` over the token lists in batches of similar length,
+    padded on the right; one float64 score per input, in input order."""
+    out = np.zeros(len(inputs), dtype=np.float64)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for positions in length_batches([len(x) for x in inputs], batch_size):
+        ids, mask = padded([inputs[i] for i in positions], pad, device)
+        out[positions] = forward(ids, mask).float().cpu().numpy()
+    return out

@@ -20,7 +20,7 @@ import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
 from miracl_eval.errors import InputError
-from miracl_eval.rerankers.base import length_batches, padded, query_max_length, token_ids
+from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
 
 
 def check_head(path: Path) -> None:
@@ -63,20 +63,13 @@ class CrossEncoderReranker:
         encoded = self.tokenizer(firsts, seconds, truncation="only_second", max_length=self.max_length)
         return [list(ids) for ids in encoded["input_ids"]]
 
-    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The head's logit (through a sigmoid with ``sigmoid: true``)."""
+        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0]
+        return torch.sigmoid(logits.float()) if self.spec.get("sigmoid") else logits
+
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        out = np.zeros(len(pairs), dtype=np.float64)
-        if not pairs:
-            return out
-        inputs = self.inputs(pairs)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for positions in length_batches([len(x) for x in inputs], batch_size):
-            ids, mask = padded([inputs[i] for i in positions], pad, self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
-            if self.spec.get("sigmoid"):
-                logits = torch.sigmoid(logits)
-            out[positions] = logits.cpu().numpy()
-        return out
+        return score_inputs(self.inputs(pairs), self.tokenizer, self.device, batch_size, self.forward)
 
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> CrossEncoderReranker:

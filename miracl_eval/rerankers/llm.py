@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import length_batches, padded, query_max_length, token_ids
+from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
 
 #: FlagEmbedding's default prompt for its LLM rerankers
 DEFAULT_PROMPT = (
@@ -47,26 +47,21 @@ class LlmReranker:
         budget = self.max_length + len(self.sep_ids) + len(self.prompt_ids)
         out = []
         for q, p in zip(queries, passages, strict=True):
-            first = self.prefix + q
-            second = (self.sep_ids + p)[: max(0, budget - len(first))]  # only the second is cut
+            first, second = self.prefix + q, self.sep_ids + p
+            over = len(first) + len(second) - budget
+            if 0 < over < len(second):  # only the second is cut, and never to nothing (FlagEmbedding's)
+                second = second[:-over]
             out.append(first + second + self.sep_ids + self.prompt_ids)
         return out
 
-    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The logit of "Yes" at each input's last token (inputs padded on the right)."""
+        logits = self.model(input_ids=ids, attention_mask=mask).logits
+        last = mask.sum(dim=1) - 1
+        return logits[torch.arange(len(ids), device=logits.device), last, self.yes_id]
+
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        out = np.zeros(len(pairs), dtype=np.float64)
-        if not pairs:
-            return out
-        inputs = self.inputs(pairs)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for positions in length_batches([len(x) for x in inputs], batch_size):
-            ids, mask = padded([inputs[i] for i in positions], pad, self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
-            last = mask.sum(dim=1) - 1
-            out[positions] = (
-                logits[torch.arange(len(positions), device=logits.device), last, self.yes_id].float().cpu().numpy()
-            )
-        return out
+        return score_inputs(self.inputs(pairs), self.tokenizer, self.device, batch_size, self.forward)
 
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> LlmReranker:

@@ -83,13 +83,16 @@ def test_cross_encoder_equals_sentence_transformers_and_its_sigmoid(classifier) 
     assert (np.argsort(squashed) == np.argsort(ours)).all()
 
 
-def test_llm_reranker_equals_flag_llm_reranker(decoder) -> None:
+@pytest.mark.parametrize("max_length", [48, 12])
+def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length) -> None:
     flag_embedding = pytest.importorskip("FlagEmbedding")
     pairs = _pairs()
-    spec = {"family": "llm", "checkpoint": str(decoder), "max_length": 48, "prompt": llm.DEFAULT_PROMPT,
+    spec = {"family": "llm", "checkpoint": str(decoder), "max_length": max_length, "prompt": llm.DEFAULT_PROMPT,
             "query_instruction": "A: ", "passage_instruction": "B: "}  # fmt: skip
     ours = llm.load(spec, device="cpu").score(pairs, batch_size=5)
-    flag = flag_embedding.FlagLLMReranker(str(decoder), use_fp16=False, use_bf16=False, devices="cpu", max_length=48)
+    flag = flag_embedding.FlagLLMReranker(
+        str(decoder), use_fp16=False, use_bf16=False, devices="cpu", max_length=max_length
+    )
     theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4))
     np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
     assert np.unique(np.round(ours, 5)).size > len(pairs) // 2
