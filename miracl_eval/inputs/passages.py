@@ -93,6 +93,7 @@ class CorpusRows:
             self.docids = self.file.read(columns=["docid"]).column("docid").combine_chunks()
         except (pa.ArrowInvalid, OSError) as err:
             raise InputError(corpus, f"corrupt Parquet file ({err})") from err
+        self._last: tuple[pa.Array | pa.ChunkedArray, np.ndarray] | None = None
         #: stored bytes read so far (the docid column, then every row group of texts read)
         self.bytes_read = read_bytes(self.file, range(self.file.num_row_groups), ["docid"])
 
@@ -100,9 +101,14 @@ class CorpusRows:
         return len(self.docids)
 
     def find(self, docids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """The row of each docid, -1 where the corpus lacks it."""
+        """The row of each docid, -1 where the corpus lacks it (the last answer is kept: the union's dense
+        and sparse scores look up the same candidates, and each lookup hashes the corpus's docids)."""
+        if self._last is not None and type(self._last[0]) is type(docids) and self._last[0].equals(docids):
+            return self._last[1]
         found = pc.index_in(docids, value_set=self.docids)
-        return pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        self._last = (docids, rows)
+        return rows
 
     def rows(self, docids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """The row of each docid; a docid the corpus lacks is an :class:`InputError` naming it."""
