@@ -48,6 +48,13 @@ def _check_legacy(cfg: Mapping[str, Any]) -> None:
         present = head in cfg if not tail else isinstance(cfg.get(head), Mapping) and tail in cfg[head]
         if present:
             raise ConfigError(key, f"is no longer a setting; write instead: {new}")
+    hub = cfg.get("hub")
+    if isinstance(hub, Mapping) and hub.get("messirve_version") == "auto":
+        raise ConfigError(
+            "hub.messirve_version",
+            "'auto' is no longer a value: write latest (the newest release in the hub repository) or a release "
+            "such as v1.0 (the default: the paper's)",
+        )
 
 
 def _resolve_schema_refs(node: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:

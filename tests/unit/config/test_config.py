@@ -162,3 +162,10 @@ def test_a_local_checkpoint_folder_must_hold_config_weights_and_tokenizer(tmp_pa
         validate(cfg)
     (folder / "model.safetensors").write_bytes(b"")
     assert validate(cfg)["models"]["my-e5"]["checkpoint"] == str(folder)
+
+
+def test_the_old_auto_messirve_release_says_what_to_write() -> None:
+    with pytest.raises(ConfigError, match=r"'hub\.messirve_version': 'auto' is no longer a value: write latest"):
+        validate({"dataset": "messirve", "languages": ["ar"], "hub": {"messirve_version": "auto"}})
+    assert validate({"dataset": "messirve", "languages": ["ar"]})["hub"]["messirve_version"] == "v1.0"
+    assert validate({"dataset": "messirve", "languages": ["ar"], "hub": {"messirve_version": "latest"}})
