@@ -16,7 +16,7 @@ from miracl_eval.fusion.weighted import (
     fused_depth,
 )
 from miracl_eval.evaluation.metrics import MEASURES
-from miracl_eval.config.models import BUILT_CHECKPOINTS
+from miracl_eval.config.models import BUILT_CHECKPOINTS, HUB_MODELS_DIR
 from miracl_eval.encoders.outputs import vector_dim
 from miracl_eval.encoders.blocks import manifest_dim
 from miracl_eval.errors import InputError
@@ -100,7 +100,7 @@ PATHS = {
     "downloaded_topics": "resources/{dataset}/downloads/topics/{part}/topics.tsv",
     "downloaded_qrels": "resources/{dataset}/downloads/topics/{part}/qrels.tsv",
     "tiny_model": f"{BUILT_CHECKPOINTS}tiny-{{tiny}}",
-    "hub_model": f"{BUILT_CHECKPOINTS}hub/{{hub_model}}",
+    "hub_model": f"{HUB_MODELS_DIR}/{{hub_model}}",
     "me5_small": f"{BUILT_CHECKPOINTS}me5-small",
     # each job's log and benchmark file: {scope} is {dataset} (or models), {step} the rule and its wildcards
     "log": "logs/{scope}/{step}.log",

@@ -32,7 +32,7 @@ RESERVED = frozenset({"bm25"})
 #: jobs, checked when loaded, not at start-up (it may not be built yet)
 BUILT_CHECKPOINTS = "resources/models/"
 #: where the fetch_model rule keeps hub models (``PATHS["hub_model"]``)
-HUB_MODELS_DIR = "resources/models/hub"
+HUB_MODELS_DIR = f"{BUILT_CHECKPOINTS}hub"
 
 
 @dataclass(frozen=True)

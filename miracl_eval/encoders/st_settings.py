@@ -34,8 +34,7 @@ class MissingSettings(ConfigError):
     """Settings left out of the config that the checkpoint's sentence-transformers files do not give."""
 
     def __init__(self, key: str, names: list[str], folder: str | Path, has_files: bool) -> None:
-        self.names = names
-        self.folder = str(folder)
+        self.names, self.folder, self.has_files, self.model_key = names, str(folder), has_files, key
         why = "names none of them in its" if has_files else "has no"
         super().__init__(
             ", ".join(f"{key}.{n}" for n in names),
@@ -44,8 +43,7 @@ class MissingSettings(ConfigError):
         )
 
     def __reduce__(self) -> tuple[type, tuple[str, list[str], str, bool]]:  # type: ignore[override]
-        key = self.key.split(", ")[0].rsplit(".", 1)[0]
-        return type(self), (key, self.names, self.folder, "names none" in self.reason)
+        return type(self), (self.model_key, self.names, self.folder, self.has_files)
 
 
 def _json(path: Path) -> Any:

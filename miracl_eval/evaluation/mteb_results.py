@@ -35,7 +35,7 @@ MIRACL_LANGUAGES: Mapping[str, str] = {
     "fi": "fin-Latn", "fr": "fra-Latn", "hi": "hin-Deva", "id": "ind-Latn", "ja": "jpn-Jpan", "ko": "kor-Kore",
     "ru": "rus-Cyrl", "sw": "swa-Latn", "te": "tel-Telu", "th": "tha-Thai", "yo": "yor-Latn", "zh": "zho-Hans",
 }  # fmt: skip
-#: dataset -> (task name, dataset revision written, the languages of a partition)
+#: dataset -> (task name, the dataset revision written)
 TASKS: Mapping[str, tuple[str, str]] = {
     "miracl": ("MIRACLRetrieval", "miracl-v1.0"),
     "messirve": ("MiraclEvalMessIRveRetrieval", "messirve"),  # not an MTEB task: a name of its own

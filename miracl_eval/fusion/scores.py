@@ -16,6 +16,7 @@ separate lookups, so a qid equal to a docid is never dropped.
 from __future__ import annotations
 
 import abc
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -188,8 +189,10 @@ class _Shards(abc.ABC):
         #: stored bytes of the row groups read while scoring (with ``corpus``)
         self.bytes_read = 0
 
-    def _groups(self) -> list[tuple[PathLike, int, int, int]]:
-        """``(path, row group, first row in the shards' concatenation, rows)`` of every row group."""
+    @functools.cached_property
+    def _groups(self) -> list[tuple[PathLike, pq.FileMetaData, int, int, int]]:
+        """``(path, its metadata, row group, first row in the shards' concatenation, rows)`` of every
+        row group (each shard's footer read once)."""
         out = []
         start = 0
         for path in self.paths:
@@ -199,7 +202,7 @@ class _Shards(abc.ABC):
                 raise InputError(path, f"cannot read Parquet file ({err})") from err
             for g in range(meta.num_row_groups):
                 n = meta.row_group(g).num_rows
-                out.append((path, g, start, n))
+                out.append((path, meta, g, start, n))
                 start += n
         return out
 
@@ -207,7 +210,7 @@ class _Shards(abc.ABC):
         """Row of each docid in the shards' concatenation; a docid stored nowhere is an error."""
         if self.corpus is not None:
             rows = self.corpus.find(docids)
-            total = sum(n for *_, n in self._groups())
+            total = sum(n for *_, n in self._groups)
             return _found(component, "passage", docids, np.where(rows < total, rows, -1))
         batches = [b.column("docid") for p in self.paths for b in schemas.iter_batches(p, columns=["docid"])]
         ids = pa.concat_arrays(batches) if batches else pa.array([], pa.string())
@@ -229,11 +232,11 @@ class _Shards(abc.ABC):
                     yield start, batch
                     start += len(batch)
             return
-        for path, group, start, n in self._groups():
+        for path, meta, group, start, n in self._groups:
             lo, hi = np.searchsorted(needed, [start, start + n])
             if hi == lo:
                 continue
-            self.bytes_read += read_bytes(pq.ParquetFile(path), [group], pq.read_schema(path).names)
+            self.bytes_read += read_bytes(meta, [group])
             at = start
             for ids, batch in self._read(path, group):
                 a, b = np.searchsorted(needed, [at, at + len(ids)])

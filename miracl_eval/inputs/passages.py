@@ -69,14 +69,15 @@ def read_rows(
         yield order[lo:hi], table.take(pa.array(ordered[lo:hi] - starts[group]))
 
 
-def read_bytes(pfile: pq.ParquetFile, groups: Sequence[int], columns: Sequence[str]) -> int:
-    """Stored (compressed) bytes of ``columns`` in row groups ``groups``: what reading them reads."""
-    names = set(columns)
+def read_bytes(metadata: pq.FileMetaData, groups: Sequence[int], columns: Sequence[str] | None = None) -> int:
+    """Stored (compressed) bytes of ``columns`` (all: None) in row groups ``groups``: what reading them reads."""
     total = 0
     for g in groups:
-        rg = pfile.metadata.row_group(g)
+        rg = metadata.row_group(g)
         total += sum(
-            rg.column(c).total_compressed_size for c in range(rg.num_columns) if rg.column(c).path_in_schema in names
+            rg.column(c).total_compressed_size
+            for c in range(rg.num_columns)
+            if columns is None or rg.column(c).path_in_schema in columns
         )
     return total
 
@@ -95,7 +96,7 @@ class CorpusRows:
             raise InputError(corpus, f"corrupt Parquet file ({err})") from err
         self._last: tuple[pa.Array | pa.ChunkedArray, np.ndarray] | None = None
         #: stored bytes read so far (the docid column, then every row group of texts read)
-        self.bytes_read = read_bytes(self.file, range(self.file.num_row_groups), ["docid"])
+        self.bytes_read = read_bytes(self.file.metadata, range(self.file.num_row_groups), ["docid"])
 
     def __len__(self) -> int:
         return len(self.docids)
@@ -130,7 +131,7 @@ class CorpusRows:
         out: dict[str, str] = {}
         starts = group_starts(self.file)
         groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
-        self.bytes_read += read_bytes(self.file, groups.tolist(), columns)
+        self.bytes_read += read_bytes(self.file.metadata, groups.tolist(), columns)
         for positions, table in read_rows(self.file, rows, columns, self.path):
             texts = passage_texts(table, title_join)
             for p, text in zip(positions.tolist(), texts, strict=True):
