@@ -36,6 +36,7 @@ include: "rules/dense.smk"
 include: "rules/sparse.smk"
 include: "rules/fusion.smk"
 include: "rules/hybrid.smk"
+include: "rules/rerankers.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
 

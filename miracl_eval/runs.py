@@ -87,6 +87,20 @@ def read_run(path: str | os.PathLike[str]) -> pa.Table:
     return schemas.read_table(path, schemas.RUN)
 
 
+def run_rows(run: str | os.PathLike[str], qids: pa.Array | None, depth: int | None = None) -> pa.Table:
+    """The rows of a run whose query is in ``qids`` (None: every query) and, with ``depth``, whose rank
+    is at most ``depth``, streamed: the whole run is never held."""
+    batches = []
+    for batch in schemas.iter_batches(run, schemas.RUN):
+        keep = pa.array(np.ones(batch.num_rows, dtype=bool)) if qids is None else pc.is_in(batch["qid"], value_set=qids)
+        if depth is not None:
+            keep = pc.and_(keep, pc.less_equal(batch.column("rank"), depth))
+        batches.append(batch.filter(keep))
+    if not batches:
+        return schemas.RUN.empty_table()
+    return pa.Table.from_batches(batches).select(schemas.RUN.names).cast(schemas.RUN)
+
+
 def rank_table(
     qids: Sequence[str] | pa.Array,
     qpos: np.ndarray,

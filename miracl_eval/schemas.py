@@ -30,6 +30,8 @@ CORPUS = pa.schema(
 QUERIES = pa.schema([("qid", pa.string()), ("query", pa.string())])
 QRELS = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("relevance", pa.int32())])
 RUN = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("rank", pa.int32()), ("score", pa.float64())])
+#: a reranker's score of each (query, passage) pair it read (rules/rerankers.smk)
+PAIR_SCORES = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("score", pa.float64())])
 PER_QUERY = pa.schema([("qid", pa.string()), ("measure", pa.string()), ("value", pa.float64())])
 SPARSE = pa.schema(
     [

@@ -29,7 +29,9 @@ from miracl_eval.shards import (
     shards_per_block,
     tiling,
 )
-from miracl_eval.config.systems import systems, training
+from miracl_eval.config.systems import computed_systems, systems, training
+from miracl_eval.rerankers.registry import scoring_settings
+from miracl_eval.rerankers.stage import scored_depth
 from miracl_eval.report.plan import report_pages
 
 DATASET = get_dataset(config["dataset"])
@@ -58,13 +60,21 @@ SYSTEMS = systems(config)
 # per row: zero-shot, in-domain (its model trained on this dataset's training split) or unknown
 ROW_TRAINING = training(config)
 METHODS = [s.label for s in SYSTEMS]
-#: the resolved specs of the models that some row uses (a configured model no row uses gets no jobs)
+#: every system whose run the rows need: the rows and the first stages of reranked rows
+COMPUTED = computed_systems(config)
+#: the resolved specs of the models that some computed system uses (a configured model no row uses gets no jobs)
 MODELS = {
     name: spec
     for name, spec in config["models"].items()
-    if any(s.model == name for s in SYSTEMS)
+    if any(s.model == name for s in COMPUTED)
 }
-HYBRIDS = {s.hybrid: config["hybrids"][s.hybrid] for s in SYSTEMS if s.hybrid}
+HYBRIDS = {s.hybrid: config["hybrids"][s.hybrid] for s in COMPUTED if s.hybrid}
+#: the resolved specs of the rerankers that some row uses
+RERANKERS = {s.reranker: config["rerankers"][s.reranker] for s in COMPUTED if s.reranker}
+#: the labels whose top hits some reranker reranks (rows of the table or not)
+FIRST_STAGES = list(
+    dict.fromkeys(s.first_stage.label for s in COMPUTED if s.first_stage)
+)
 FUSED = list(FUSED_COMPONENTS)
 
 PATHS = {
@@ -82,6 +92,8 @@ PATHS = {
     "dense_docids": "resources/{dataset}/indexes/{corpus}/{model}/dense.docids.parquet",
     "sparse_index": "resources/{dataset}/indexes/{corpus}/{model}/sparse",
     "scores": "resources/{dataset}/scores/{model}/{part}/{kind}/{chunk}.parquet",
+    # a reranker's scores of a query chunk's top hits of the first stage {first} (a row's label)
+    "reranker_scores": "resources/{dataset}/rerankers/{reranker}/{part}/{first}/{chunk}.parquet",
     "run": "runs/{dataset}/{part}/{system}.parquet",
     "trec": "runs/{dataset}/{part}/{system}.trec",
     "components": "runs/{dataset}/{part}/{system}.components.parquet",
@@ -193,12 +205,21 @@ PER_QUERY = expand(path("per_query", dataset="{{dataset}}"), part=PARTS, system=
 # ---------------------------------------------------------------- models
 
 
-def checkpoint_folder(model):
-    """Where a model's jobs load it from: its folder, or the fetch_model rule's copy of a hub model."""
-    given = MODELS[model]["checkpoint"]
+def _loaded_from(given):
+    """Where jobs load a checkpoint from: its folder, or the fetch_model rule's copy of a hub model."""
     if given.startswith(BUILT_CHECKPOINTS) or not is_hub_id(given):
         return given
     return path("hub_model", hub_model=hub_folder_name(given))
+
+
+def checkpoint_folder(model):
+    """Where a model's jobs load it from."""
+    return _loaded_from(MODELS[model]["checkpoint"])
+
+
+def reranker_folder(reranker):
+    """Where a reranker's jobs load it from."""
+    return _loaded_from(RERANKERS[reranker]["checkpoint"])
 
 
 def mteb_rows():
@@ -212,6 +233,11 @@ def mteb_rows():
                              "settings": spec, "folder": checkpoint_folder(s.model)}  # fmt: skip
         elif s.hybrid is not None:
             rows[s.label] = {"method": "hybrid", "settings": HYBRIDS[s.hybrid]}
+        elif s.reranker is not None:
+            spec = RERANKERS[s.reranker]
+            rows[s.label] = {"checkpoint": spec["checkpoint"], "method": s.method,
+                             "first_stage": s.first_stage.label, "settings": spec,
+                             "folder": reranker_folder(s.reranker)}  # fmt: skip
         else:
             rows[s.label] = {"method": "bm25", "settings": config["bm25"]}
     return rows
@@ -220,17 +246,45 @@ def mteb_rows():
 #: the hub models that the used models name, by the folder they are fetched into
 HUB_MODELS = {
     hub_folder_name(spec["checkpoint"]): spec["checkpoint"]
-    for model, spec in MODELS.items()
-    if checkpoint_folder(model) != spec["checkpoint"]
+    for spec in [*MODELS.values(), *RERANKERS.values()]
+    if _loaded_from(spec["checkpoint"]) != spec["checkpoint"]
 }
 
 
-def model_input(wildcards):
-    """The checkpoint folder as an input when it is local or fetched (so a rebuilt model re-runs its jobs)."""
-    folder = checkpoint_folder(wildcards.model)
+def _folder_input(folder):
+    """A checkpoint folder as an input when it is local or fetched (so a rebuilt model re-runs its jobs)."""
     if folder.startswith(BUILT_CHECKPOINTS) or os.path.isdir(folder):
         return folder
     return []
+
+
+def model_input(wildcards):
+    return _folder_input(checkpoint_folder(wildcards.model))
+
+
+def reranker_input(wildcards):
+    return _folder_input(reranker_folder(wildcards.reranker))
+
+
+def reranker_spec(wildcards):
+    """What a reranker's scores depend on (its params): its settings but the depth, batch size and
+    training, with the folder its jobs load."""
+    spec = {**RERANKERS[wildcards.reranker], "checkpoint": reranker_folder(wildcards.reranker)}
+    return scoring_settings(spec)
+
+
+def reranker_scored_depth(wildcards):
+    """The depth a chunk's scores are computed at: the configured depth, or the greater depth of its
+    up-to-date stored scores (miracl_eval.rerankers.stage.scored_depth): a lower depth runs no model."""
+    fixed = dict(wildcards.items())
+    inputs = [
+        expand(path("run", system=wildcards.first), **fixed)[0],
+        expand(PATHS["queries"], **fixed)[0],
+        part_corpus(PATHS["corpus"])(wildcards),
+    ]
+    output = expand(PATHS["reranker_scores"], **fixed)[0]
+    depth = RERANKERS[wildcards.reranker]["depth"]
+    return scored_depth(output, reranker_spec(wildcards), depth, inputs)
 
 
 def encoder_spec(role=None):
@@ -319,19 +373,29 @@ def query_chunks(kind):
     """The component-score chunk files of a partition (config `query_chunk` queries each)."""
 
     def chunks(wildcards):
-        queries = checkpoints.preprocess_topics.get(
-            dataset=wildcards.dataset, part=wildcards.part
-        ).output.queries
-        n = max(1, num_chunks(queries, config["query_chunk"]))
         return expand(
             path("scores", kind=kind),
             dataset=wildcards.dataset,
             model=wildcards.model,
             part=wildcards.part,
-            chunk=[f"{i:04d}" for i in range(n)],
+            chunk=_chunk_names(wildcards),
         )
 
     return chunks
+
+
+def _chunk_names(wildcards):
+    queries = checkpoints.preprocess_topics.get(
+        dataset=wildcards.dataset, part=wildcards.part
+    ).output.queries
+    return [f"{i:04d}" for i in range(max(1, num_chunks(queries, config["query_chunk"])))]
+
+
+def reranker_chunks(wildcards):
+    """A reranker's score files of a partition's query chunks."""
+    return expand(
+        PATHS["reranker_scores"], **dict(wildcards.items()), chunk=_chunk_names(wildcards)
+    )
 
 
 def fusion_components(wildcards):
@@ -370,14 +434,17 @@ def _dim(path):
 
 
 def _checkpoint_mb(wildcards):
-    folder = model_input(
-        wildcards
-    )  # a local checkpoint is an input: <TBD> until it exists
+    reranks = "reranker" in wildcards.keys()
+    # a local checkpoint is an input: <TBD> until it exists
+    folder = reranker_input(wildcards) if reranks else model_input(wildcards)
     if folder and not os.path.isdir(folder):
         raise FileNotFoundError(
             errno.ENOENT, "the checkpoint does not exist yet", folder
         )
-    return requests.checkpoint_mb(folder or MODELS[wildcards.model]["checkpoint"])
+    given = (RERANKERS[wildcards.reranker] if reranks else MODELS[wildcards.model])[
+        "checkpoint"
+    ]
+    return requests.checkpoint_mb(folder or given)
 
 
 def _candidates(name, w):
@@ -389,6 +456,8 @@ def _candidates(name, w):
     if name == "hybrid":
         hybrid = HYBRIDS[w["hybrid"]]
         return len(hybrid["systems"]) * hybrid["depth"]
+    if name in ("reranker_scores", "reranked_run"):
+        return RERANKERS[w["reranker"]]["depth"]
     return 0
 
 

@@ -3,7 +3,7 @@
 # (fixed inputs, so adding a language never rebuilds them). A model's `checkpoint` names one as
 # resources/models/tiny-{kind}.
 
-TINY_KINDS = ["bge-m3", "bert", "xlm-r", "decoder", "mlm"]
+TINY_KINDS = ["bge-m3", "bert", "xlm-r", "decoder", "mlm", "cross-encoder", "llm"]
 
 
 rule tiny_model:

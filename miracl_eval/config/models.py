@@ -44,14 +44,19 @@ class Preset:
     training_source: str = ""
 
 
-@cache
-def presets() -> dict[str, Preset]:
-    """The shipped presets, by name."""
-    data = yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8"))
+def load_presets(path: Path) -> dict[str, Preset]:
+    """The presets of a shipped presets file, by name."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
     return {
         name: Preset(name, entry["source"], entry["settings"], entry.get("training_source", ""))
         for name, entry in data.items()
     }
+
+
+@cache
+def presets() -> dict[str, Preset]:
+    """The shipped model presets, by name."""
+    return load_presets(PRESETS_FILE)
 
 
 def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:

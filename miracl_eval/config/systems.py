@@ -1,8 +1,12 @@
-"""The table rows of a run: ``bm25``, ``{model}/{method}`` and named hybrids, from the validated config.
+"""The table rows of a run: ``bm25``, ``{model}/{method}``, named hybrids and ``{row}>>{reranker}``, from the validated config.
 
 A row's label is exactly its entry in the config's ``methods`` list, and the same label tags its TREC
 run. Labels are also the rows' paths (``runs/{dataset}/{part}/{label}.parquet``): model and hybrid
-names are path segments, and a model's method is a file name.
+names are path segments, a model's method is a file name, and a reranked row's file is its first
+stage's followed by ``>>{reranker}``.
+
+A reranked row's first stage is any label (a row of the table or not, reranked itself or not):
+:func:`computed_systems` gives every system whose run the rows need.
 """
 
 from __future__ import annotations
@@ -11,75 +15,114 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from miracl_eval.config.rerankers import THEN
 from miracl_eval.encoders.registry import FAMILIES
 from miracl_eval.errors import ConfigError
 
 BM25 = "bm25"
+#: the method of a reranked row (``{row}>>{reranker}``)
+RERANKED = "reranked"
 #: every method a row can have: bm25 and every family's methods, in registration order
 METHOD_NAMES: tuple[str, ...] = tuple(dict.fromkeys([BM25, *(m for f in FAMILIES.values() for m in f.methods)]))
 #: configuration keys that describe rows rather than the whole run
-_ROW_KEYS = ("models", "methods", "hybrids")
+_ROW_KEYS = ("models", "methods", "hybrids", "rerankers")
 
 
 @dataclass(frozen=True)
 class System:
-    """One row of the result tables."""
+    """One row of the result tables (or the first stage of one)."""
 
     label: str
-    method: str  #: bm25, a model family's method (dense, sparse, multivec, ...), or "hybrid"
+    method: str  #: bm25, a model family's method (dense, sparse, multivec, ...), "hybrid" or "reranked"
     model: str | None = None  #: the model's name (config key) for model rows
     hybrid: str | None = None  #: the hybrid's name for hybrid rows
+    reranker: str | None = None  #: the reranker's name for reranked rows
+    first_stage: System | None = None  #: the system whose top hits a reranked row reranks
 
     @property
     def kind(self) -> str:
+        if self.reranker:
+            return "reranked"
         return "bm25" if self.label == BM25 else "hybrid" if self.hybrid else "model"
 
 
-def parse_methods(
-    methods: Sequence[str], models: Mapping[str, Mapping[str, Any]], hybrids: Mapping[str, Mapping[str, Any]]
-) -> list[System]:
-    """The systems of the ``methods`` list; ConfigError names ``methods[i]`` or ``hybrids.<name>``."""
-    out: list[System] = []
-    for i, entry in enumerate(methods):
-        key = f"methods.{i}"
-        if entry == BM25:
-            out.append(System(BM25, BM25))
-        elif entry in hybrids:
-            out.append(System(entry, "hybrid", hybrid=entry))
-        elif "/" in entry:
-            model, _, method = entry.partition("/")
-            if model not in models:
-                raise ConfigError(
-                    key,
-                    f"'{entry}' names the model '{model}', which is not under `models` "
-                    f"(configured: {', '.join(models) or 'none'})",
-                )
-            family = FAMILIES[models[model]["family"]]
-            if method not in family.methods:
-                raise ConfigError(
-                    key,
-                    f"the {family.name} family of '{model}' has no method '{method}' "
-                    f"(it has: {', '.join(f'{model}/{m}' for m in family.methods)})",
-                )
-            out.append(System(entry, method, model=model))
-        elif any(entry in f.methods for f in FAMILIES.values()):
-            example = next((m for m in models if entry in FAMILIES[models[m]["family"]].methods), "bge-m3")
+def _parse_label(
+    entry: str,
+    key: str,
+    models: Mapping[str, Mapping[str, Any]],
+    hybrids: Mapping[str, Mapping[str, Any]],
+    rerankers: Mapping[str, Mapping[str, Any]],
+) -> System:
+    """The system of one label; ConfigError names ``key`` (``methods.<i>``)."""
+    if THEN in entry:
+        first, _, reranker = entry.rpartition(THEN)
+        if reranker not in rerankers:
             raise ConfigError(
                 key,
-                f"'{entry}' is the old form: methods are written '{{model}}/{{method}}' now, e.g. "
-                f"'{example}/{entry}', with the model under `models` (e.g. models: {{{example}: {{}}}})",
+                f"'{entry}' reranks with '{reranker}', which is not under `rerankers` "
+                f"(configured: {', '.join(rerankers) or 'none'}; e.g. rerankers: {{bge-reranker-v2-m3: {{}}}})",
             )
-        else:
+        try:
+            stage = _parse_label(first, key, models, hybrids, rerankers)
+        except ConfigError as err:
+            raise ConfigError(key, f"the first stage of '{entry}' cannot be computed: {err.reason}") from None
+        return System(entry, RERANKED, reranker=reranker, first_stage=stage)
+    if entry == BM25:
+        return System(BM25, BM25)
+    if entry in hybrids:
+        return System(entry, "hybrid", hybrid=entry)
+    if "/" in entry:
+        model, _, method = entry.partition("/")
+        if model not in models:
             raise ConfigError(
-                key, f"unknown method '{entry}': use 'bm25', '{{model}}/{{method}}' or a name under `hybrids`"
+                key,
+                f"'{entry}' names the model '{model}', which is not under `models` "
+                f"(configured: {', '.join(models) or 'none'})",
             )
+        family = FAMILIES[models[model]["family"]]
+        if method not in family.methods:
+            raise ConfigError(
+                key,
+                f"the {family.name} family of '{model}' has no method '{method}' "
+                f"(it has: {', '.join(f'{model}/{m}' for m in family.methods)})",
+            )
+        return System(entry, method, model=model)
+    if any(entry in f.methods for f in FAMILIES.values()):
+        example = next((m for m in models if entry in FAMILIES[models[m]["family"]].methods), "bge-m3")
+        raise ConfigError(
+            key,
+            f"'{entry}' is the old form: methods are written '{{model}}/{{method}}' now, e.g. "
+            f"'{example}/{entry}', with the model under `models` (e.g. models: {{{example}: {{}}}})",
+        )
+    raise ConfigError(
+        key,
+        f"unknown method '{entry}': use 'bm25', '{{model}}/{{method}}', a name under `hybrids` or "
+        f"'{{row}}{THEN}{{reranker}}'",
+    )
+
+
+def _stages(system: System) -> list[System]:
+    """``system`` and its first stages, innermost first."""
+    return [*(_stages(system.first_stage) if system.first_stage else []), system]
+
+
+def parse_methods(
+    methods: Sequence[str],
+    models: Mapping[str, Mapping[str, Any]],
+    hybrids: Mapping[str, Mapping[str, Any]],
+    rerankers: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[System]:
+    """The systems of the ``methods`` list; ConfigError names ``methods[i]`` or ``hybrids.<name>``."""
+    out = [_parse_label(entry, f"methods.{i}", models, hybrids, rerankers or {}) for i, entry in enumerate(methods)]
     labels = {s.label for s in out}
+    used_hybrids = {stage.hybrid for s in out for stage in _stages(s) if stage.hybrid}
     for name, hybrid in hybrids.items():
-        if name not in labels:
+        if name not in used_hybrids:
             continue  # a hybrid no row uses is not run
-        if name in models or name == BM25 or "/" in name:
+        if name in models or name == BM25 or "/" in name or THEN in name:
             raise ConfigError(
-                f"hybrids.{name}", "a hybrid's name must differ from 'bm25' and the model names, without '/'"
+                f"hybrids.{name}",
+                f"a hybrid's name must differ from 'bm25' and the model names, without '/' or '{THEN}'",
             )
         for j, member in enumerate(hybrid["systems"]):
             if member not in labels:
@@ -91,7 +134,17 @@ def parse_methods(
 
 def systems(config: Mapping[str, Any]) -> list[System]:
     """The systems of a validated configuration, in the order of ``methods``."""
-    return parse_methods(config["methods"], config["models"], config["hybrids"])
+    return parse_methods(config["methods"], config["models"], config["hybrids"], config.get("rerankers"))
+
+
+def computed_systems(config: Mapping[str, Any]) -> list[System]:
+    """Every system whose run the rows need: the rows and the first stages of reranked rows (each
+    once, a first stage before the rows that rerank it)."""
+    out: dict[str, System] = {}
+    for row in systems(config):
+        for stage in _stages(row):
+            out.setdefault(stage.label, stage)
+    return list(out.values())
 
 
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
@@ -109,14 +162,19 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
 def system_facts(config: Mapping[str, Any], label: str) -> dict[str, object]:
     """What is known of row ``label`` for comparing it with published numbers: the run's flattened
     settings (without the rows' own keys), ``method``, ``model`` (the checkpoint; a hybrid's is its
-    models' checkpoints joined with ``+``), the model's settings as ``model.<key>`` and a hybrid's
-    as ``hybrid.<key>``."""
+    models' checkpoints joined with ``+``; a reranked row's the reranker's), the model's settings as
+    ``model.<key>``, a hybrid's as ``hybrid.<key>``, a reranker's as ``reranker.<key>`` and a
+    reranked row's first stage's facts as ``first_stage.<fact>`` (``first_stage.method``,
+    ``first_stage.model``, ...)."""
     by_label = {s.label: s for s in systems(config)}
     if label not in by_label:
         raise KeyError(f"{label!r} is not a row of this run (rows: {', '.join(by_label)})")
-    system = by_label[label]
     facts = flatten_config({k: v for k, v in config.items() if k not in _ROW_KEYS})
-    facts["method"] = system.method
+    return {**facts, **_own_facts(config, by_label[label], by_label)}
+
+
+def _own_facts(config: Mapping[str, Any], system: System, by_label: Mapping[str, System]) -> dict[str, object]:
+    facts: dict[str, object] = {"method": system.method}
     if system.model is not None:
         spec = config["models"][system.model]
         facts["model"] = spec["checkpoint"]
@@ -127,6 +185,12 @@ def system_facts(config: Mapping[str, Any], label: str) -> dict[str, object]:
         facts["model"] = "+".join(config["models"][m.model]["checkpoint"] for m in members if m.model)
         facts.update(flatten_config({k: v for k, v in hybrid.items() if k != "systems"}, "hybrid."))
         facts["hybrid.systems"] = "+".join(m.method for m in members)  # e.g. bm25+dense
+    if system.reranker is not None and system.first_stage is not None:
+        spec = config["rerankers"][system.reranker]
+        facts["model"] = spec["checkpoint"]
+        facts.update(flatten_config(spec, "reranker."))
+        first = _own_facts(config, system.first_stage, by_label)
+        facts.update({f"first_stage.{k}": v for k, v in first.items()})
     return facts
 
 
@@ -146,8 +210,9 @@ def _model_training(spec: Mapping[str, Any], dataset: str) -> str:
 def training(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """Per row: ``training`` (``zero-shot``, ``in-domain``: its model was trained on the run's dataset's
     training split, or ``unknown``: a model without ``trained_on``) and ``trained_on`` (the datasets,
-    ``+``-joined; ``-`` for none, ``?`` when unknown). BM25 is zero-shot; a hybrid is in-domain when a
-    member is, else unknown when a member is, else zero-shot."""
+    ``+``-joined; ``-`` for none, ``?`` when unknown). BM25 is zero-shot; a hybrid (of its members) or
+    a reranked row (of its first stage and its reranker) is in-domain when a part is, else unknown
+    when a part is, else zero-shot."""
     dataset = config["dataset"]
 
     def of_model(model: str) -> dict[str, str]:
@@ -155,17 +220,25 @@ def training(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         status = _model_training(config["models"][model], dataset)
         return {"training": status, "trained_on": "?" if names is None else "+".join(names) or "-"}
 
-    def of_label(label: str) -> dict[str, str]:  # a hybrid's member, a row of the run or not
-        return {"training": ZERO_SHOT, "trained_on": "-"} if label == BM25 else of_model(label.split("/", 1)[0])
+    def of_reranker(name: str) -> dict[str, str]:
+        names = config["rerankers"][name].get("trained_on")
+        status = _model_training(config["rerankers"][name], dataset)
+        return {"training": status, "trained_on": "?" if names is None else "+".join(names) or "-"}
 
-    out: dict[str, dict[str, str]] = {}
-    for system in systems(config):
-        if system.hybrid is None:
-            out[system.label] = of_model(system.model) if system.model is not None else of_label(BM25)
-            continue
-        members = [of_label(m) for m in config["hybrids"][system.hybrid]["systems"]]
-        statuses = {m["training"] for m in members}
-        status = IN_DOMAIN if IN_DOMAIN in statuses else UNKNOWN_TRAINING if UNKNOWN_TRAINING in statuses else ZERO_SHOT
-        names = sorted({n for m in members for n in m["trained_on"].split("+") if n not in ("-", "?")})
-        out[system.label] = {"training": status, "trained_on": "+".join(names) or "-"}
-    return out
+    def of_system(system: System) -> dict[str, str]:
+        if system.reranker is not None and system.first_stage is not None:
+            return _combined([of_system(system.first_stage), of_reranker(system.reranker)])
+        if system.hybrid is not None:  # its members are rows
+            return _combined([of_system(rows[m]) for m in config["hybrids"][system.hybrid]["systems"]])
+        return of_model(system.model) if system.model is not None else {"training": ZERO_SHOT, "trained_on": "-"}
+
+    rows = {s.label: s for s in systems(config)}
+    return {label: of_system(system) for label, system in rows.items()}
+
+
+def _combined(parts: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The training of a system made of others: in-domain when a part is, else unknown when a part is."""
+    statuses = {p["training"] for p in parts}
+    status = IN_DOMAIN if IN_DOMAIN in statuses else UNKNOWN_TRAINING if UNKNOWN_TRAINING in statuses else ZERO_SHOT
+    names = sorted({n for p in parts for n in p["trained_on"].split("+") if n not in ("-", "?")})
+    return {"training": status, "trained_on": "+".join(names) or ("?" if status == UNKNOWN_TRAINING else "-")}

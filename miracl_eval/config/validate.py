@@ -12,6 +12,7 @@ import yaml
 
 from miracl_eval.config.hybrids import HYBRID_SCHEMA, check_hybrid
 from miracl_eval.config.models import resolve_models
+from miracl_eval.config.rerankers import resolve_rerankers
 from miracl_eval.config.schema_tools import coerce_strings, fill_defaults, first_error
 from miracl_eval.config.systems import parse_methods
 from miracl_eval.errors import ConfigError
@@ -89,9 +90,10 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(err[0] or "(top level)", err[1])
     fill_defaults(cfg, full)
     cfg["models"] = resolve_models(cfg["models"])
+    cfg["rerankers"] = resolve_rerankers(cfg["rerankers"])
     for name, hybrid in cfg["hybrids"].items():
         check_hybrid(name, hybrid)
-    parse_methods(cfg["methods"], cfg["models"], cfg["hybrids"])
+    parse_methods(cfg["methods"], cfg["models"], cfg["hybrids"], cfg["rerankers"])
     dataset = get_dataset(cfg["dataset"])
     bad = [p for p in cfg["languages"] if p not in dataset.partitions]
     if bad:

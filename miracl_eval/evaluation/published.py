@@ -6,14 +6,18 @@ when the run's configuration matches the source's:
 
 * same dataset, split and measure;
 * same method: the row's method (``bm25``, a model family's method such as ``dense``,
-  ``sparse``, ``multivec``, ``dense+sparse``, ``all``, or ``hybrid``); published rows without a
-  workflow counterpart have method ``-`` and are never matched;
+  ``sparse``, ``multivec``, ``dense+sparse``, ``all``, ``hybrid`` or ``reranked``); published rows
+  without a workflow counterpart have method ``-`` and are never matched;
 * same checkpoint, for rows that name one (the M3-Embedding rows need a model whose
   ``checkpoint`` is ``BAAI/bge-m3``; a hybrid's checkpoint is its models' joined with ``+``);
 * every ``key=value`` requirement of the row's ``config`` column holds in the row's facts
   (:func:`miracl_eval.config.systems.system_facts`: the flattened run configuration plus the model's
-  settings as ``model.<setting>`` and a hybrid's as ``hybrid.<setting>``), e.g.
-  ``model.weights.sparse=0.3``, ``model.pooling=mean`` or ``bm25.tokenizer=lucene-analyzer``.
+  settings as ``model.<setting>``, a hybrid's as ``hybrid.<setting>``, a reranker's as
+  ``reranker.<setting>`` and a reranked row's first stage's facts as ``first_stage.<fact>``), e.g.
+  ``model.weights.sparse=0.3``, ``model.pooling=mean``, ``bm25.tokenizer=lucene-analyzer`` or
+  ``first_stage.model=BAAI/bge-m3``.
+
+Each comparison carries a note (``notes.tsv`` beside the numbers; for a reranked row, its first stage).
 
 Facts that are true of every run of this workflow but are not configuration keys are added
 from :data:`IMPLICIT_CONFIG` (BM25 always analyses text with Lucene analyzers, as pyserini).
@@ -30,13 +34,15 @@ import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 from typing import TypedDict
 
 from miracl_eval.atomic import write_text_atomic
-from miracl_eval.config.systems import METHOD_NAMES, system_facts
+from miracl_eval.config.rerankers import THEN
+from miracl_eval.config.systems import METHOD_NAMES, RERANKED, system_facts
 from miracl_eval.errors import InputError
 from miracl_eval.evaluation import metrics
 from miracl_eval.tsv import data_rows, format_tsv
@@ -49,11 +55,15 @@ FILES: tuple[str, ...] = (
     "pyserini_miracl_hybrid.tsv",
     "mteb_miracl_e5.tsv",
     "messirve_test.tsv",
+    "flagembedding_miracl_rerankers.tsv",
 )
+#: notes on published numbers (source_id, system or ``*``, note)
+NOTES_FILE = "notes.tsv"
+NOTE_COLUMNS: tuple[str, ...] = ("source_id", "system", "note")
 COLUMNS: tuple[str, ...] = (
     "dataset", "split", "source_id", "system", "method", "model", "partition", "measure", "value", "scale", "config",
 )  # fmt: skip
-METHODS = frozenset({*METHOD_NAMES, "hybrid"})
+METHODS = frozenset({*METHOD_NAMES, "hybrid", RERANKED})
 MEAN = metrics.MEAN
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}
@@ -167,6 +177,25 @@ def load_published(files: Iterable[str] | None = None) -> list[Row]:
     return rows
 
 
+@cache
+def load_notes() -> dict[tuple[str, str], str]:
+    """The shipped notes on published numbers, by ``(source_id, system)`` (``system`` may be ``*``)."""
+    where = f"miracl_eval/{PACKAGE_DIR}/{NOTES_FILE}"
+    text = data_dir().joinpath(NOTES_FILE).read_text(encoding="utf-8")
+    return {(rec["source_id"], rec["system"]): rec["note"] for _, rec in data_rows(text, where, NOTE_COLUMNS)}
+
+
+def note_of(row: Row, label: str, notes: Mapping[tuple[str, str], str] | None = None) -> str:
+    """What a reader must know beside ``row`` compared with our row ``label``: the source's note, and
+    for a reranked row, the first stage it reranked."""
+    notes = load_notes() if notes is None else notes
+    parts = [n for n in (notes.get((row.source_id, row.system)), notes.get((row.source_id, "*"))) if n]
+    first, then, _ = label.rpartition(THEN)
+    if then:
+        parts.append(f"our first stage: {first}")
+    return "; ".join(parts)
+
+
 # --------------------------------------------------------------------------- matching
 
 
@@ -232,11 +261,12 @@ class SideBySideRow(TypedDict):
     diff: float
     published: str
     scale: int
+    note: str
 
 
 SIDE_BY_SIDE_COLUMNS: tuple[str, ...] = (
     "dataset", "split", "measure", "method", "partition", "source_id", "system", "model",
-    "ours", "theirs", "diff", "published", "scale",
+    "ours", "theirs", "diff", "published", "scale", "note",
 )  # fmt: skip
 
 
@@ -262,7 +292,8 @@ def side_by_side(
     the configuration matching).
 
     Returns one dict per match with the columns :data:`SIDE_BY_SIDE_COLUMNS`: ``theirs`` is on
-    the 0–1 scale, ``diff = ours − theirs``, ``published``/``scale`` are as printed.
+    the 0–1 scale, ``diff = ours − theirs``, ``published``/``scale`` are as printed, ``note`` what a
+    reader must know beside it (:func:`note_of`).
     """
     rows = load_published() if published is None else list(published)
     relevant = [r for r in rows if r.dataset == dataset and r.split == split and r.measure == measure]
@@ -299,6 +330,7 @@ def side_by_side(
                     "diff": mine - theirs,
                     "published": r.text,
                     "scale": r.scale,
+                    "note": note_of(r, method),
                 }
             )
     return out

@@ -35,7 +35,9 @@ from miracl_eval.fusion.scores import (
     score_components,
 )
 from miracl_eval.fusion.weighted import COMPONENTS
+from miracl_eval.inputs.chunks import query_chunk_ids
 from miracl_eval.inputs.passages import CorpusRows
+from miracl_eval.runs import run_rows
 from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,6 @@ MB = 1 << 20
 
 #: imported once by a preload server before it forks the multi-vector rerank jobs (:mod:`.preload`)
 PRELOAD = ("miracl_eval.encoders.encode", "miracl_eval.encoders.bge_m3", *PRELOAD_MODULES)
-
-
-def query_chunk_ids(queries: PathLike, chunk: int, index: int) -> list[str]:
-    """The qids of chunk ``index`` (``chunk`` queries each, in file order)."""
-    qids = schemas.read_table(queries, schemas.QUERIES).column("qid").to_pylist()
-    return qids[index * chunk : (index + 1) * chunk]
 
 
 def score_candidates(
@@ -137,12 +133,6 @@ class ScoredInputs(RerankInputs):
     passage_sparse: Sequence[PathLike]  # shards
 
 
-def _run_rows(run: PathLike, qids: pa.Array) -> pa.Table:
-    """The rows of a run whose query is in ``qids``, streamed (the whole run is never held)."""
-    batches = [b.filter(pc.is_in(b.column("qid"), value_set=qids)) for b in schemas.iter_batches(run, schemas.RUN)]
-    return pa.Table.from_batches(batches) if batches else schemas.RUN.empty_table()
-
-
 def _chunk_pairs(
     candidates: Callable[[Callable[[PathLike], pa.Table]], pa.Table], queries: PathLike, chunk: int, chunk_index: int
 ) -> pa.Table:
@@ -153,7 +143,7 @@ def _chunk_pairs(
     other queries' rows).
     """
     qids = pa.array(query_chunk_ids(queries, chunk, chunk_index), pa.string())
-    return candidates(lambda run: _run_rows(run, qids))
+    return candidates(lambda run: run_rows(run, qids))
 
 
 def union_components_stage(

@@ -12,6 +12,8 @@ the workflow's settings (:class:`Settings`):
 * ``index_mb``: the memory of the dense index a job builds or loads: its float32 vectors (flat), or
   its codes, centroids and training sample (IVF-PQ); ``gflop``: the index's arithmetic (IVF-PQ
   training and assignment; for a search, the vectors or codes it scans);
+* ``model_pairs``: pairs x the checkpoint's GB (a reranker's forward passes grow with its size: a
+  2.2 GB cross-encoder is about 1 GB-pair per pair, a 10 GB LLM reranker about 5);
 * ``heap_mb``: the Java heap of an Anserini job (``java_heap``), which runs in a child process;
 * ``read_mb``: what the job reads (:func:`read_mb`), added to every time request at
   :data:`READ_MB_PER_S` (English's exact search reads 134 GB of vectors: 22 minutes at 100 MB/s).
@@ -39,7 +41,7 @@ from miracl_eval.shards import block_rows
 
 UNITS = (
     "passages", "queries", "searched", "run_rows", "pairs", "index_mb", "gflop", "heap_mb", "checkpoint_mb",
-    "input_mb", "read_mb",
+    "input_mb", "read_mb", "model_pairs",
 )  # fmt: skip
 MEM_MARGIN = 1.3
 TIME_MARGIN = 3.0
@@ -52,7 +54,7 @@ HELD_QUERIES: Mapping[str, int] = {
     "evaluate": EVAL_CHUNK,
 }
 #: estimates whose job runs a model: its checkpoint's size counts, and it runs on a GPU when the encoders do
-MODEL_ESTIMATES = frozenset({"encode_corpus", "encode_queries", "rerank_components"})
+MODEL_ESTIMATES = frozenset({"encode_corpus", "encode_queries", "rerank_components", "reranker_scores"})
 #: estimates with one cost per dense index type (``dense_index:flat``, ...)
 PER_INDEX_TYPE = frozenset({"dense_index", "dense_search"})
 #: estimates whose job holds dense vectors and searches them (``index_mb``, ``gflop``)
@@ -176,6 +178,17 @@ COSTS: Mapping[str, Cost] = {
         seconds={"passages": 2e-6, "pairs": 0.05},
         gpu_seconds={"passages": 2e-6, "pairs": 1e-3},
     ),
+    # a reranker over a query chunk's top hits (the model, the pairs' texts): one forward pass per pair of
+    # about 200 tokens (MIRACL's passages), 20 ms per GB of checkpoint on a CPU thread pool, 0.5 ms on a GPU
+    "reranker_scores": Cost(
+        2500,
+        3,
+        mem={"checkpoint_mb": 2.0, "pairs": 2e-3},
+        seconds={"model_pairs": 0.02},
+        gpu_seconds={"model_pairs": 5e-4},
+    ),
+    # the first stage's run streamed, its top hits joined with their scores and ranked
+    "reranked_run": Cost(800, 2, mem={"pairs": 3e-4}, seconds={"run_rows": 2e-6, "pairs": 3e-6}),
     "fuse": Cost(600, 2, mem={"pairs": 3e-4}, seconds={"pairs": 2e-6}),
     "hybrid": Cost(800, 2, mem={"pairs": 2e-3}, seconds={"pairs": 2e-5}),
     "evaluate": Cost(600, 2, mem={"run_rows": 3e-4}, seconds={"run_rows": 3e-6}),
@@ -314,6 +327,7 @@ def read_mb(name: str, job: Job, settings: Settings, passages: int) -> float:
         "dense_block_search": vectors,
         "union_components": passages * (4 * job.dim + SPARSE_BYTES + DOCID_BYTES),
         "rerank_components": passages * (TEXT_BYTES + DOCID_BYTES),
+        "reranker_scores": passages * DOCID_BYTES + job.queries * job.candidates * TEXT_BYTES,
     }
     return reads.get(name, 0.0) / MB
 
@@ -337,6 +351,7 @@ def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], di
         "gflop": dense_gflop(name, settings, passages, q, job.dim) if dense else 0.0,
         "heap_mb": heap_mb(settings.java_heap),
         "checkpoint_mb": job.checkpoint_mb,
+        "model_pairs": float(q * job.candidates) * job.checkpoint_mb / 1024,
         "input_mb": job.input_mb,
         "read_mb": read_mb(name, job, settings, passages),
     }

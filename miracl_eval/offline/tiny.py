@@ -9,7 +9,9 @@ One entry point, :func:`build_tiny_checkpoint`, and one ``kind`` per checkpoint 
 * ``xlm-r`` and ``bert``: an XLM-RoBERTa or a BERT encoder (CLS or mean pooling: E5, mDPR, ...);
 * ``decoder``: a Mistral decoder whose tokenizer adds ``<s>`` only, as Mistral's (last-token
   pooling appends ``</s>``);
-* ``mlm``: a BERT masked language model (``BertForMaskedLM``, for SPLADE).
+* ``mlm``: a BERT masked language model (``BertForMaskedLM``, for SPLADE);
+* ``cross-encoder``: an XLM-RoBERTa sequence classifier with one label (a cross-encoder reranker);
+* ``llm``: a Mistral causal language model with its head (an LLM reranker).
 
 Every folder holds ``config.json``, ``model.safetensors``, ``tokenizer.json`` and
 ``tokenizer_config.json``. The tokenizer is a byte-level BPE trained on the given texts (BPE
@@ -84,7 +86,15 @@ MISTRAL = TokenizerStyle(
     {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>"},
 )
 #: kind -> tokenizer style
-KINDS: Mapping[str, TokenizerStyle] = {"bge-m3": XLMR, "xlm-r": XLMR, "bert": BERT, "decoder": MISTRAL, "mlm": BERT}
+KINDS: Mapping[str, TokenizerStyle] = {
+    "bge-m3": XLMR,
+    "xlm-r": XLMR,
+    "bert": BERT,
+    "decoder": MISTRAL,
+    "mlm": BERT,
+    "cross-encoder": XLMR,  # an XLM-R sequence classifier with one label (a reranker's head)
+    "llm": MISTRAL,  # a decoder with its language-model head (an LLM reranker's)
+}
 #: the share of positive sparse weights the bias is fitted to, by kind
 POSITIVE_SHARE = {"bge-m3": 0.4, "mlm": 0.05}
 
@@ -150,7 +160,7 @@ def _model(
         initializer_range=initializer_range,
     )
     config: transformers.PretrainedConfig
-    if kind == "decoder":
+    if kind in ("decoder", "llm"):
         config = transformers.MistralConfig(
             **sizes,
             num_key_value_heads=max(1, heads // 2),
@@ -160,7 +170,7 @@ def _model(
             sliding_window=None,
             tie_word_embeddings=False,
         )
-        name = "MistralModel"
+        name = "MistralForCausalLM" if kind == "llm" else "MistralModel"
     elif kind in ("bert", "mlm"):
         config = transformers.BertConfig(**sizes, type_vocab_size=2, pad_token_id=0)
         name = "BertForMaskedLM" if kind == "mlm" else "BertModel"
@@ -174,7 +184,9 @@ def _model(
             hidden_dropout_prob=0.1,
             attention_probs_dropout_prob=0.1,
         )
-        name = "XLMRobertaModel"
+        if kind == "cross-encoder":
+            config.num_labels = 1
+        name = "XLMRobertaForSequenceClassification" if kind == "cross-encoder" else "XLMRobertaModel"
     config.architectures = [name]
     return getattr(transformers, name)(config).eval()
 

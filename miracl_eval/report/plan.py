@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from miracl_eval.config.systems import BM25, systems
+from miracl_eval.config.rerankers import THEN
+from miracl_eval.config.systems import BM25, computed_systems, systems
 from miracl_eval.encoders.registry import FAMILIES
 from miracl_eval.evaluation import sensitivity
 from miracl_eval.fusion.weighted import FUSED_COMPONENTS
+from miracl_eval.rerankers.registry import FAMILIES as RERANKER_FAMILIES
 
 #: the colour of the bm25 row; the other rows take PALETTE's colours in table order
 BM25_COLOR = "#7f7f7f"
@@ -30,6 +32,8 @@ DENSE_INDEX_KEYS: Mapping[str, tuple[str, ...]] = {
 
 
 def _model_and_method(label: str) -> tuple[str | None, str]:
+    if THEN in label:  # a reranked row: neither a model's method nor fused
+        return None, label
     model, sep, method = label.rpartition("/")
     return (model, method) if sep else (None, label)
 
@@ -53,9 +57,10 @@ def comparison_pairs(
     """The ``(a, b)`` row pairs compared on the same queries, from the rows alone.
 
     Every row against ``bm25`` (when ``bm25`` is a row); each model's fused rows (``{m}/all``,
-    ``{m}/dense+sparse``) against its ``{m}/dense``; each hybrid against each of its members. What
-    each model adds over lexical retrieval, what fusion adds over dense retrieval alone, and
-    what a hybrid adds over its parts.
+    ``{m}/dense+sparse``) against its ``{m}/dense``; each hybrid against each of its members; each
+    reranked row against its first stage (when that is a row). What each model adds over lexical
+    retrieval, what fusion adds over dense retrieval alone, what a hybrid adds over its parts and what
+    a reranker adds over the ranking it reorders.
     """
     present = list(dict.fromkeys(labels))
     pairs: list[tuple[str, str]] = []
@@ -69,6 +74,10 @@ def comparison_pairs(
     for name, hybrid in (hybrids or {}).items():
         if name in present:
             pairs += [(name, member) for member in hybrid["systems"] if member in present]
+    for label in present:
+        first, then, _ = label.rpartition(THEN)
+        if then and first in present:
+            pairs.append((label, first))
     return list(dict.fromkeys(pairs))
 
 
@@ -129,6 +138,7 @@ def run_settings(
     from the validated configuration; only those of the configured rows. ``languages``:
     whether the partitions are languages (MIRACL) or not (MessIRve)."""
     rows = systems(config)
+    computed = computed_systems(config)  # the rows and the first stages they rerank
     labels = [s.label for s in rows]
     source = config.get("source")
     settings: dict[str, dict[str, object]] = {
@@ -141,9 +151,9 @@ def run_settings(
         },
         "retrieval": {"methods": labels, "hits": config["hits"]},
     }
-    if any(s.label == BM25 for s in rows):
+    if any(s.label == BM25 for s in computed):
         settings["bm25"] = {f"bm25.{k}": v for k, v in config["bm25"].items()}
-    used = list(dict.fromkeys(s.model for s in rows if s.model))
+    used = list(dict.fromkeys(s.model for s in computed if s.model))
     for name in used:
         spec = config["models"][name]
         settings[f"model {name}"] = {f"models.{name}.{k}": v for k, v in _flat(spec).items()}
@@ -153,13 +163,21 @@ def run_settings(
         index = config["dense_index"]
         keys = ("type", *DENSE_INDEX_KEYS.get(index["type"], ()), "gpu")
         settings["dense index"] = {f"dense_index.{k}": index[k] for k in keys if k in index}
-    if any(s.method in FUSED_COMPONENTS for s in rows):
+    if any(s.method in FUSED_COMPONENTS for s in computed):
         settings["multi-vector rerank and fusion"] = {"query_chunk": config["query_chunk"]}
-    for s in rows:
+    for s in computed:
         if s.hybrid:
             settings[f"hybrid {s.hybrid}"] = {
                 f"hybrids.{s.hybrid}.{k}": v for k, v in config["hybrids"][s.hybrid].items()
             }
+    for name in dict.fromkeys(s.reranker for s in computed if s.reranker):
+        spec = config["rerankers"][name]
+        settings[f"reranker {name}"] = {
+            "reranks": [s.first_stage.label for s in computed if s.reranker == name and s.first_stage],
+            "score": RERANKER_FAMILIES[spec["family"]].score,
+            **{f"rerankers.{name}.{k}": v for k, v in _flat(spec).items()},
+            "query_chunk": config["query_chunk"],
+        }
     if pairs:
         sig = dict(significance_settings or {})
         settings["significance"] = {"pairs (A vs B)": [f"{a} vs {b}" for a, b in pairs]} | {

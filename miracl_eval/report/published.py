@@ -62,7 +62,7 @@ def published_html(rows: Sequence[published.SideBySideRow], title: str, checks: 
             else "none matches this run's configuration on its comparable partitions (for instance a different model)"
         )
         return html_page(title, f"<p>No published number is shown: {why}.</p>\n{data}", note)
-    header = ["measure", "method", "partition", "system", "source", "ours", "theirs", "diff", "published"]
+    header = ["measure", "method", "partition", "system", "source", "ours", "theirs", "diff", "published", "note"]
     out = [
         [
             measure_label(str(r["measure"])),
@@ -74,10 +74,11 @@ def published_html(rows: Sequence[published.SideBySideRow], title: str, checks: 
             fmt(r["theirs"]),
             signed(r["diff"]),
             f"{r['published']}" + (" (×100)" if r["scale"] == 100 else ""),
+            r["note"],
         ]
         for r in rows
     ]
-    return html_page(title, html_table(header, out) + "\n" + data, note)
+    return html_page(title, html_table(header, out, text_columns=(0, 1, 2, 3, 4, 9)) + "\n" + data, note)
 
 
 def published_stage(

@@ -12,35 +12,14 @@ which dropped the id-level ``prepare_for_model``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.errors import InputError
 from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
-
-
-def check_head(path: Path) -> None:
-    """A cross-encoder checkpoint has a sequence-classification head with one label."""
-    import json
-
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(path / "config.json", f"cannot read the model's config ({err})") from err
-    archs = [str(a) for a in config.get("architectures") or []]
-    if not any(a.endswith("ForSequenceClassification") for a in archs):
-        raise InputError(
-            path,
-            f"not a cross-encoder: its architectures ({', '.join(archs) or 'none'}) have no sequence-classification "
-            "head (family cross-encoder needs one, as a *ForSequenceClassification checkpoint)",
-        )
-    labels = len(config.get("id2label") or {}) or int(config.get("num_labels", 1))
-    if labels != 1:
-        raise InputError(path, f"the classification head has {labels} labels; a reranker's has one (its score)")
+from miracl_eval.rerankers.heads import check_classifier
 
 
 class CrossEncoderReranker:
@@ -76,6 +55,6 @@ def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> 
     """Load the cross-encoder of a resolved ``spec``; an :class:`InputError` when the checkpoint has no
     one-label classification head."""
     path = resolve_model_dir(spec["checkpoint"])
-    check_head(path)
+    check_classifier(path)
     ckpt = load_checkpoint(path, "AutoModelForSequenceClassification", device, dtype)
     return CrossEncoderReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

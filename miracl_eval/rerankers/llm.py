@@ -18,12 +18,10 @@ import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
 from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
+from miracl_eval.rerankers.heads import check_causal_lm
+from miracl_eval.rerankers.registry import DEFAULT_PROMPT
 
-#: FlagEmbedding's default prompt for its LLM rerankers
-DEFAULT_PROMPT = (
-    "Given a query A and a passage B, determine whether the passage contains an answer to the query by "
-    "providing a prediction of either 'Yes' or 'No'."
-)
+__all__ = ["DEFAULT_PROMPT", "LlmReranker", "load"]
 
 
 class LlmReranker:
@@ -66,5 +64,7 @@ class LlmReranker:
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> LlmReranker:
     """Load the decoder of a resolved ``spec`` (a causal language model with its head)."""
-    ckpt = load_checkpoint(resolve_model_dir(spec["checkpoint"]), "AutoModelForCausalLM", device, dtype)
+    path = resolve_model_dir(spec["checkpoint"])
+    check_causal_lm(path)
+    ckpt = load_checkpoint(path, "AutoModelForCausalLM", device, dtype)
     return LlmReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

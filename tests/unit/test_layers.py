@@ -15,14 +15,14 @@ LAYERS = {
     "jobs": 1,
     "inputs": 2,
     "encoders": 3,
-    "config": 4,
-    "offline": 4,
-    "lucene": 5,
-    "faiss": 5,
-    "fusion": 6,
-    "rerankers": 6,
-    "evaluation": 7,
-    "report": 8,
+    "rerankers": 4,  # models like the encoders, below the config that validates their settings
+    "config": 5,
+    "offline": 5,
+    "lucene": 6,
+    "faiss": 6,
+    "fusion": 7,
+    "evaluation": 8,
+    "report": 9,
 }
 
 

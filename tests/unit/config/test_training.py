@@ -49,7 +49,7 @@ def test_rows_are_in_domain_zero_shot_or_unknown_per_dataset() -> None:
         "told/dense": ("zero-shot", "-"),
         "zs": ("zero-shot", "-"),
         "mixed": ("in-domain", "miracl"),
-        "unsure": ("unknown", "-"),
+        "unsure": ("unknown", "?"),
     }
     # on MessIRve, BGE-M3 is zero-shot and the MessIRve fine-tune in-domain
     messirve = validate(
@@ -59,6 +59,23 @@ def test_rows_are_in_domain_zero_shot_or_unknown_per_dataset() -> None:
     assert {k: v["training"] for k, v in training(messirve).items()} == {
         "bge-m3/dense": "zero-shot",
         "me5-large-ft-messirve/dense": "in-domain",
+    }
+
+
+def test_a_reranked_row_is_in_domain_when_its_first_stage_or_its_reranker_is() -> None:
+    rerankers = {"bge-reranker-v2-m3": {}, "mmarco-mminilm": {}, "told": {"family": "cross-encoder",
+                 "checkpoint": "x/y", "trained_on": ["miracl"]}}  # fmt: skip
+    methods = ["mdpr/dense>>mmarco-mminilm", "bge-m3/dense>>mmarco-mminilm", "mdpr/dense>>bge-reranker-v2-m3",
+               "bm25>>told", "bm25>>mmarco-mminilm>>mmarco-mminilm"]  # fmt: skip
+    cfg = validate({"languages": ["sw"], "models": {"bge-m3": {}, "mdpr": {}}, "rerankers": rerankers,
+                    "methods": methods})  # fmt: skip
+    got = {label: (r["training"], r["trained_on"]) for label, r in training(cfg).items()}
+    assert got == {
+        "mdpr/dense>>mmarco-mminilm": ("zero-shot", "-"),  # both trained on MS MARCO (translated) only
+        "bge-m3/dense>>mmarco-mminilm": ("in-domain", "miracl"),
+        "mdpr/dense>>bge-reranker-v2-m3": ("unknown", "?"),  # the preset says its training is not stated
+        "bm25>>told": ("in-domain", "miracl"),
+        "bm25>>mmarco-mminilm>>mmarco-mminilm": ("zero-shot", "-"),
     }
 
 

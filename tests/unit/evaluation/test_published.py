@@ -46,9 +46,10 @@ def test_files_and_sources_are_shipped() -> None:
     ids = {r.source_id for r in published.load_published()}
     assert ids == {
         "bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "pyserini-1.6.0-2cr-dense", "pyserini-1.6.0-2cr-hybrid",
-        "mteb-results", "messirve-full",
+        "mteb-results", "messirve-full", "flagembedding-rerankers",
     }  # fmt: skip
-    for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994"):
+    for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994",
+                   "miracl-bge-m3.png"):  # fmt: skip
         assert needle in sources
 
 

@@ -176,8 +176,31 @@ def test_other_kinds_are_deterministic_and_load(tiny_checkpoints, texts, tmp_pat
         assert float(cos[~torch.eye(8, dtype=torch.bool)].max()) < 0.99  # vectors spread: scores do not tie
 
 
+@pytest.mark.parametrize("kind", ["cross-encoder", "llm"])
+def test_reranker_kinds_are_deterministic_and_score_pairs_apart(tiny_checkpoints, texts, tmp_path, kind):
+    import transformers
+
+    folder = tiny_checkpoints(kind)
+    assert _digests(folder) == _digests(build_tiny_checkpoint(tmp_path / kind, iter(texts), kind=kind))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    auto = transformers.AutoModelForSequenceClassification if kind == "cross-encoder" else transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(folder).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    if kind == "cross-encoder":
+        assert config["architectures"] == ["XLMRobertaForSequenceClassification"] and len(config["id2label"]) == 1
+        enc = tok(texts[:8], texts[8:16], padding=True, truncation=True, max_length=64, return_tensors="pt")
+        with torch.no_grad():
+            scores = model(**enc).logits[:, 0]
+    else:
+        assert config["architectures"] == ["MistralForCausalLM"]
+        enc = tok(texts[:8], padding=True, truncation=True, max_length=64, return_tensors="pt")
+        with torch.no_grad():
+            scores = model(**enc).logits[:, -1, tok("Yes", add_special_tokens=False)["input_ids"][0]]
+    assert len(set(scores.round(decimals=4).tolist())) == 8  # a reranker's scores do not tie
+
+
 def test_unknown_kind(texts, tmp_path):
-    assert set(KINDS) == {"bge-m3", *LAYOUTS}
+    assert set(KINDS) == {"bge-m3", "cross-encoder", "llm", *LAYOUTS}
     with pytest.raises(ValueError, match="unknown checkpoint kind 'gpt'"):
         build_tiny_checkpoint(tmp_path / "x", texts, kind="gpt")
     assert not (tmp_path / "x").exists()

@@ -18,34 +18,15 @@ TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def classifier(tiny_checkpoints, tmp_path_factory) -> Path:
-    """An XLM-R-shaped sequence classifier with one label (a random head)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    base = tiny_checkpoints("xlm-r")
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
-    with torch.no_grad():
-        for p in model.classifier.parameters():
-            p.normal_(0, 0.5)  # scores that differ between pairs
-    out = tmp_path_factory.mktemp("ce") / "tiny-ce"
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
-    return out
+def classifier(tiny_checkpoints) -> Path:
+    """The workflow's tiny cross-encoder: an XLM-R-shaped sequence classifier with one label (a random head)."""
+    return tiny_checkpoints("cross-encoder")
 
 
 @pytest.fixture(scope="module")
-def decoder(tiny_checkpoints, tmp_path_factory) -> Path:
-    """A tiny Mistral causal language model, its head saved."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base = tiny_checkpoints("decoder")
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(base)
-    out = tmp_path_factory.mktemp("llm") / "tiny-llm"
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
-    return out
+def decoder(tiny_checkpoints) -> Path:
+    """The workflow's tiny LLM reranker: a Mistral causal language model, its head saved."""
+    return tiny_checkpoints("llm")
 
 
 def _pairs() -> list[tuple[str, str]]:
