@@ -70,7 +70,9 @@ MODELS = {
 }
 HYBRIDS = {s.hybrid: config["hybrids"][s.hybrid] for s in COMPUTED if s.hybrid}
 #: the resolved specs of the rerankers that some row uses
-RERANKERS = {s.reranker: config["rerankers"][s.reranker] for s in COMPUTED if s.reranker}
+RERANKERS = {
+    s.reranker: config["rerankers"][s.reranker] for s in COMPUTED if s.reranker
+}
 #: the labels whose top hits some reranker reranks (rows of the table or not)
 FIRST_STAGES = list(
     dict.fromkeys(s.first_stage.label for s in COMPUTED if s.first_stage)
@@ -269,13 +271,17 @@ def reranker_input(wildcards):
 def reranker_spec(wildcards):
     """What a reranker's scores depend on (its params): its settings but the depth, batch size and
     training, with the folder its jobs load."""
-    spec = {**RERANKERS[wildcards.reranker], "checkpoint": reranker_folder(wildcards.reranker)}
+    spec = {
+        **RERANKERS[wildcards.reranker],
+        "checkpoint": reranker_folder(wildcards.reranker),
+    }
     return scoring_settings(spec)
 
 
 def reranker_scored_depth(wildcards):
     """The depth a chunk's scores are computed at: the configured depth, or the greater depth of its
-    up-to-date stored scores (miracl_eval.rerankers.stage.scored_depth): a lower depth runs no model."""
+    up-to-date stored scores (miracl_eval.rerankers.stage.scored_depth): a lower depth runs no model.
+    """
     fixed = dict(wildcards.items())
     inputs = [
         expand(path("run", system=wildcards.first), **fixed)[0],
@@ -388,13 +394,17 @@ def _chunk_names(wildcards):
     queries = checkpoints.preprocess_topics.get(
         dataset=wildcards.dataset, part=wildcards.part
     ).output.queries
-    return [f"{i:04d}" for i in range(max(1, num_chunks(queries, config["query_chunk"])))]
+    return [
+        f"{i:04d}" for i in range(max(1, num_chunks(queries, config["query_chunk"])))
+    ]
 
 
 def reranker_chunks(wildcards):
     """A reranker's score files of a partition's query chunks."""
     return expand(
-        PATHS["reranker_scores"], **dict(wildcards.items()), chunk=_chunk_names(wildcards)
+        PATHS["reranker_scores"],
+        **dict(wildcards.items()),
+        chunk=_chunk_names(wildcards),
     )
 
 

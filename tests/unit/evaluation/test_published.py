@@ -294,3 +294,41 @@ def test_pyserini_hybrid_rows_need_bm25_first_and_its_interpolation() -> None:
     assert hybrid_rows(["bm25", "mdpr/dense"]) == {"pyserini-1.6.0-2cr-hybrid"}
     assert hybrid_rows(["mdpr/dense", "bm25"]) == set()
     assert hybrid_rows(["bm25", "mdpr/dense"], alpha=0.3) == set()
+
+
+def _reranked_run(methods: list[str], **reranker: object) -> dict:
+    return validate({"languages": list(MIRACL_LANGUAGES), "models": {"bge-m3": {}},
+                     "rerankers": {"bge-reranker-v2-m3": reranker, "bge-reranker-v2-gemma": {}}, "methods": methods})  # fmt: skip
+
+
+def test_flagembedding_reranker_rows_need_bge_m3_dense_first_depth_100_and_1024_tokens() -> None:
+    rows = tsv_rows("flagembedding_miracl_rerankers.tsv")
+    assert len(rows) == 3 * 19
+    for system in ("bge-reranker-v2-m3", "bge-reranker-v2-gemma", "bge-m3 (first stage, 512+512)"):
+        values = {r["partition"]: Decimal(r["value"]) for r in rows if r["system"] == system}
+        assert set(values) == {*MIRACL_LANGUAGES, "mean"}
+        assert abs(sum(v for p, v in values.items() if p != "mean") / 18 - values["mean"]) <= Decimal("0.005")
+    assert {r["value"] for r in rows if r["partition"] == "yo" and r["system"].startswith("bge-m3")} == {"60.7"}
+    label = "bge-m3/dense>>bge-reranker-v2-m3"
+    ours = {label: dict.fromkeys(MIRACL_LANGUAGES, 0.7), "bge-m3/dense": dict.fromkeys(MIRACL_LANGUAGES, 0.7)}
+    cfg = _reranked_run(["bge-m3/dense", label])
+    table = published.side_by_side(ours, "miracl", "dev", "nDCG@10", cfg)
+    mine = [t for t in table if t["method"] == label]
+    assert {t["system"] for t in mine} == {"bge-reranker-v2-m3"} and len(mine) == 19
+    yo = next(t for t in mine if t["partition"] == "yo")
+    assert yo["published"] == "64.03" and abs(yo["diff"] - (0.7 - 0.6403)) < 1e-12
+    assert "before the BGE-M3 paper's correction" in yo["note"] and "our first stage: bge-m3/dense" in yo["note"]
+    # the source's first stage is never ours: our dense row meets only the paper's corrected numbers
+    assert {t["source_id"] for t in table if t["method"] == "bge-m3/dense"} == {"bge-m3-table1"}
+    # another depth, another max length, another first stage: not comparable
+    for cfg, rows_ in (
+        (_reranked_run([label], depth=50), {label: ours[label]}),
+        (_reranked_run([label], max_length=512), {label: ours[label]}),
+        (_reranked_run(["bm25>>bge-reranker-v2-m3"]), {"bm25>>bge-reranker-v2-m3": ours[label]}),
+        (_reranked_run(["bge-m3/sparse>>bge-reranker-v2-m3"]), {"bge-m3/sparse>>bge-reranker-v2-m3": ours[label]}),
+    ):
+        assert published.side_by_side(rows_, "miracl", "dev", "nDCG@10", cfg) == []
+    gemma = "bge-m3/dense>>bge-reranker-v2-gemma"
+    cfg = _reranked_run([gemma])
+    got = published.side_by_side({gemma: ours[label]}, "miracl", "dev", "nDCG@10", cfg)
+    assert {t["system"] for t in got} == {"bge-reranker-v2-gemma"} and len(got) == 19

@@ -183,7 +183,11 @@ def test_reranker_kinds_are_deterministic_and_score_pairs_apart(tiny_checkpoints
     folder = tiny_checkpoints(kind)
     assert _digests(folder) == _digests(build_tiny_checkpoint(tmp_path / kind, iter(texts), kind=kind))
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    auto = transformers.AutoModelForSequenceClassification if kind == "cross-encoder" else transformers.AutoModelForCausalLM
+    auto = (
+        transformers.AutoModelForSequenceClassification
+        if kind == "cross-encoder"
+        else transformers.AutoModelForCausalLM
+    )
     model = auto.from_pretrained(folder).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     if kind == "cross-encoder":

@@ -74,6 +74,13 @@ def test_comparison_pairs_follow_from_the_rows() -> None:
         ("h", "bm25"),
         ("h", "e5/dense"),
     ]
+    # a reranked row against bm25 and against its first stage when that is a row (not a fused row's pair)
+    reranked = ["bm25", "m/all", "m/dense>>ce", "m/all>>ce", "m/all>>ce>>llm", "bm25>>ce"]
+    assert report_plan.comparison_pairs(reranked) == [
+        ("m/all", "bm25"), ("m/dense>>ce", "bm25"), ("m/all>>ce", "bm25"), ("m/all>>ce>>llm", "bm25"),
+        ("bm25>>ce", "bm25"), ("m/all>>ce", "m/all"), ("m/all>>ce>>llm", "m/all>>ce"),
+    ]  # fmt: skip
+    assert report_plan.swept_rows(reranked) == ["m/all"]
 
 
 def test_report_inputs_and_settings_follow_the_configured_rows() -> None:
@@ -113,6 +120,16 @@ def test_report_inputs_and_settings_follow_the_configured_rows() -> None:
     }
     only_bm25 = report_plan.run_settings(validate({"languages": ["sw"]}), "miracl")
     assert list(only_bm25) == ["data", "retrieval", "bm25"]
+    # the settings page lists the rerankers, what each reranks, and the models of first stages that are not rows
+    cfg = validate({"languages": ["sw"], "models": {"me5-small": {}}, "rerankers": {"bge-reranker-v2-gemma": {}},
+                    "methods": ["bm25", "me5-small/dense>>bge-reranker-v2-gemma"]})  # fmt: skip
+    settings = report_plan.run_settings(cfg, "miracl", True)
+    assert list(settings) == ["data", "retrieval", "bm25", "model me5-small", "encoder", "dense index",
+                              "reranker bge-reranker-v2-gemma"]  # fmt: skip
+    gemma = settings["reranker bge-reranker-v2-gemma"]
+    assert gemma["reranks"] == ["me5-small/dense"] and "'Yes'" in str(gemma["score"])
+    assert gemma["rerankers.bge-reranker-v2-gemma.depth"] == 100
+    assert gemma["rerankers.bge-reranker-v2-gemma.checkpoint"] == "BAAI/bge-reranker-v2-gemma"
 
 
 def test_row_colours_are_fixed_per_row_and_distinct() -> None:
