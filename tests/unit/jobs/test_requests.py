@@ -48,6 +48,8 @@ SAMPLE_JOBS = {
     "union_components": costs.Job(passages=24, queries=3, candidates=2000),
     "rerank_components": costs.Job(passages=24, queries=3, candidates=20, checkpoint_mb=3),
     "fuse": costs.Job(queries=4, candidates=2000),
+    "reranker_scores": costs.Job(passages=24, queries=3, candidates=100, checkpoint_mb=3),
+    "reranked_run": costs.Job(queries=4, candidates=100),
     "hybrid": costs.Job(queries=4, candidates=2000),
     "evaluate": costs.Job(queries=4),
     "report": costs.Job(queries=72),
@@ -112,6 +114,21 @@ def test_exact_search_blocks_fit_32gb_and_read_their_vectors_in_their_time() -> 
     assert cpu.runtime > request.runtime
     merge = costs.estimate("dense_merge", costs.Job(queries=156_528, candidates=4 * 1000), _settings())
     assert merge.mem_mb < 4_000  # one chunk of queries at a time
+
+
+def test_a_reranker_chunk_grows_with_its_pairs_and_the_model_size_and_fits_a_gpu_job() -> None:
+    """A chunk of 2,000 English queries' top 100 (200k pairs): bge-reranker-v2-m3 (2.2 GB) and
+    bge-reranker-v2-gemma (about 10 GB in bf16 files): minutes on a GPU, far longer on CPUs."""
+    m3 = costs.Job(passages=ENGLISH, queries=2000, candidates=100, checkpoint_mb=2200, gpu=True, threads=8)
+    gemma = dataclasses.replace(m3, checkpoint_mb=10_000)
+    on_gpu, bigger = costs.estimate("reranker_scores", m3, _settings()), costs.estimate("reranker_scores", gemma, _settings())
+    assert bigger.runtime > on_gpu.runtime and bigger.mem_mb > on_gpu.mem_mb
+    assert on_gpu.runtime < 120 and on_gpu.mem_mb < 16_000
+    assert costs.estimate("reranker_scores", dataclasses.replace(m3, gpu=False), _settings()).runtime > 10 * on_gpu.runtime
+    # it reads the corpus's docids and its candidates' texts only
+    assert costs.units("reranker_scores", m3, _settings())[1]["read_mb"] == pytest.approx(
+        (ENGLISH * costs.DOCID_BYTES + 200_000 * costs.TEXT_BYTES) / MB
+    )
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def _first_stage(qids: list[str], docids: list[str], hits: int, seed: int = 0) -
     """A run of ``hits`` random passages per query, with tied scores."""
     rng = random.Random(seed)
     q, d, s = [], [], []
-    for i, qid in enumerate(qids):
+    for i in range(len(qids)):
         for docid in rng.sample(docids, hits):
             q.append(i)
             d.append(docid)
