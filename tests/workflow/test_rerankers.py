@@ -140,6 +140,32 @@ def test_a_new_setting_reruns_only_that_rerankers_rows(rerank_run: Path) -> None
     }
 
 
+def test_a_hub_reranker_is_fetched_once_by_its_own_job(rerank_run: Path) -> None:
+    cfg = rerankers_config({"bge-reranker-v2-m3": {}}, ["bm25", "bm25>>bge-reranker-v2-m3"])
+    proc = snakemake(rerank_run, write_config(rerank_run, cfg, "hub.yaml"), TARGET, args=("-n",))
+    jobs = planned_jobs(proc)
+    assert jobs["fetch_model"] == 1 and jobs["reranked_run"] == len(LANGS)
+    assert "resources/models/hub/BAAI--bge-reranker-v2-m3" in proc.stdout  # the folder every scoring job loads
+
+
+def test_the_report_compares_each_reranked_row_with_its_first_stage_and_lists_the_rerankers(rerank_run: Path) -> None:
+    from miracl_eval.tsv import read_tsv
+
+    pages = ("results/miracl_significance.tsv", "results/miracl_settings.tsv", "results/miracl_ndcg.html")
+    snakemake(rerank_run, rerank_run / "config.yaml", *pages)
+    header, rows = read_tsv(rerank_run / pages[0])
+    pairs = {(r[header.index("method_a")], r[header.index("method_b")]) for r in rows}
+    assert pairs == {(f"bm25>>{CE}", "bm25"), (f"me5-small/dense>>{LLM}", "bm25"), (f"bm25>>{CE}>>{LLM}", "bm25"),
+                     (f"bm25>>{CE}>>{LLM}", f"bm25>>{CE}")}  # fmt: skip
+    header, rows = read_tsv(rerank_run / pages[1])
+    settings = {(r[0], r[1]): r[2] for r in rows}
+    assert settings[(f"reranker {LLM}", "reranks")] == f"me5-small/dense, bm25>>{CE}"
+    assert settings[(f"reranker {CE}", f"rerankers.{CE}.depth")] == "100"
+    assert settings[("model me5-small", "models.me5-small.checkpoint")] == "resources/models/me5-small"
+    html = (rerank_run / pages[2]).read_text(encoding="utf-8")
+    assert all(label.replace(">", "&gt;") in html for label in METHODS)
+
+
 def test_a_lower_depth_reranks_from_the_kept_scores_without_a_model(rerank_run: Path) -> None:
     kept = {p: p.stat().st_mtime_ns for p in _score_files(rerank_run, CE, "bm25")}
     rerankers = copy.deepcopy(RERANKERS)

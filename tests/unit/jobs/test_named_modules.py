@@ -30,6 +30,7 @@ def test_the_scripts_name_their_preloaded_stages():
         for name in (
             "encode_corpus_block", "encode_queries", "fetch_model", "rerank_components", "union_components", "fuse", "hybrid",
             "dense_index", "dense_search", "dense_block_search", "dense_merge", "preprocess_corpus", "preprocess_topics", "evaluate", "judged_not_in_corpus",
+            "reranker_scores", "reranked_run",
         )
     }  # fmt: skip
 

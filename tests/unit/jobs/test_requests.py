@@ -121,10 +121,15 @@ def test_a_reranker_chunk_grows_with_its_pairs_and_the_model_size_and_fits_a_gpu
     bge-reranker-v2-gemma (about 10 GB in bf16 files): minutes on a GPU, far longer on CPUs."""
     m3 = costs.Job(passages=ENGLISH, queries=2000, candidates=100, checkpoint_mb=2200, gpu=True, threads=8)
     gemma = dataclasses.replace(m3, checkpoint_mb=10_000)
-    on_gpu, bigger = costs.estimate("reranker_scores", m3, _settings()), costs.estimate("reranker_scores", gemma, _settings())
+    on_gpu, bigger = (
+        costs.estimate("reranker_scores", m3, _settings()),
+        costs.estimate("reranker_scores", gemma, _settings()),
+    )
     assert bigger.runtime > on_gpu.runtime and bigger.mem_mb > on_gpu.mem_mb
     assert on_gpu.runtime < 120 and on_gpu.mem_mb < 16_000
-    assert costs.estimate("reranker_scores", dataclasses.replace(m3, gpu=False), _settings()).runtime > 10 * on_gpu.runtime
+    assert (
+        costs.estimate("reranker_scores", dataclasses.replace(m3, gpu=False), _settings()).runtime > 10 * on_gpu.runtime
+    )
     # it reads the corpus's docids and its candidates' texts only
     assert costs.units("reranker_scores", m3, _settings())[1]["read_mb"] == pytest.approx(
         (ENGLISH * costs.DOCID_BYTES + 200_000 * costs.TEXT_BYTES) / MB
