@@ -215,3 +215,52 @@ def test_full_miracl_is_encoded_in_a_few_long_gpu_jobs(tmp_path: Path) -> None:
                 costs.Settings.from_config(cfg),
             ).runtime
         )
+
+
+def test_full_size_reranker_jobs_are_one_per_query_chunk_and_ask_for_their_pairs(tmp_path: Path) -> None:
+    """English and Yoruba at their real sizes, BM25's top 100 reranked by a bge-reranker-v2-m3-sized
+    cross-encoder (a stand-in folder): one GPU job per query chunk, each asking for its chunk's pairs."""
+    folder = tmp_path / "models" / "ce"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(
+        '{"architectures": ["XLMRobertaForSequenceClassification"], "id2label": {"0": "LABEL_0"}}'
+    )
+    (folder / "tokenizer.json").write_text("{}")
+    with open(folder / "model.safetensors", "wb") as fh:
+        fh.truncate(2_270 * MB)  # bge-reranker-v2-m3's size, as a sparse file
+    corpora, queries = {"en": ENGLISH, "yo": 49_043}, {"en": 799, "yo": 119}
+    cfg_path = _full_size(tmp_path, "miracl", corpora, queries, **{**SCALE, "query_chunk": 300})
+    raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    write_config(tmp_path, {**raw, "rerankers": {"ce": {"family": "cross-encoder", "checkpoint": str(folder)}},
+                            "methods": ["bm25", "bm25>>ce"]})  # fmt: skip
+    cfg = load_config(cfg_path)
+    proc = snakemake(tmp_path, cfg_path, "results/miracl_ndcg.tsv", args=("-n",))
+    jobs = [j for j in dry_run_jobs(proc.stdout) if j["rule"] == "reranker_scores"]
+    assert sorted((j["wildcards"]["part"], j["wildcards"]["chunk"]) for j in jobs) == [
+        ("en", "0000"),
+        ("en", "0001"),
+        ("en", "0002"),
+        ("yo", "0000"),
+    ]  # 799 queries in chunks of 300
+    settings = costs.Settings.from_config(cfg)
+    for job in jobs:
+        part, chunk = job["wildcards"]["part"], int(job["wildcards"]["chunk"])
+        share = min(300, queries[part] - chunk * 300)
+        expected = costs.estimate(
+            "reranker_scores",
+            costs.Job(
+                passages=corpora[part],
+                queries=share,
+                candidates=100,
+                checkpoint_mb=2_270.0,
+                gpu=True,
+                threads=job["threads"],
+            ),  # fmt: skip
+            settings,
+        )
+        assert (int(job["resources"]["mem_mb"]), int(job["resources"]["runtime"])) == (
+            expected.mem_mb,
+            expected.runtime,
+        )
+        assert job["resources"]["gpu"] == "1" and int(job["resources"]["mem_mb"]) < 16_000
+    assert {j["rule"] for j in dry_run_jobs(proc.stdout)} >= {"reranked_run", "bm25_search"}
