@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -59,28 +59,38 @@ def presets() -> dict[str, Preset]:
     return load_presets(PRESETS_FILE)
 
 
-def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The full spec of model ``name`` from its config entry; ConfigError names ``models.<name>...``."""
-    key = f"models.{name}"
+def preset_spec(
+    section: str, name: str, given: Mapping[str, Any] | None, shipped: Mapping[str, Preset], families: Collection[str]
+) -> dict[str, Any]:
+    """The settings of entry ``name`` of config ``section`` (``models``, ``rerankers``): its preset's,
+    overridden by those ``given``, with a known ``family``; ConfigError names ``{section}.{name}...``."""
+    key = f"{section}.{name}"
     if not NAME.match(name) or name in RESERVED:
-        raise ConfigError(key, "a model name is letters, digits, '.', '_' and '-' (and not 'bm25')")
+        raise ConfigError(key, f"a {section[:-1]} name is letters, digits, '.', '_' and '-' (and not 'bm25')")
     if given is None:
         given = {}
     if not isinstance(given, Mapping):
         raise ConfigError(key, f"must be a mapping of settings (or {{}} for a preset), not {given!r}")
-    preset = presets().get(name)
+    preset = shipped.get(name)
     spec: dict[str, Any] = copy.deepcopy(dict(preset.settings)) if preset else {}
     if preset and "family" in given and given["family"] != spec["family"]:
-        spec = {}  # a preset's name used for a model of another family: the preset does not apply
+        spec = {}  # a preset's name used for another family: the preset does not apply
     _merge(spec, given)
     if "family" not in spec:
         raise ConfigError(
             f"{key}.family",
-            f"is required ('{name}' is not a preset; presets: {', '.join(presets())}; families: {', '.join(FAMILIES)})",
+            f"is required ('{name}' is not a preset; presets: {', '.join(shipped)}; families: {', '.join(families)})",
         )
-    family = FAMILIES.get(spec["family"])
-    if family is None:
-        raise ConfigError(f"{key}.family", f"unknown family {spec['family']!r}; valid: {', '.join(FAMILIES)}")
+    if spec["family"] not in families:
+        raise ConfigError(f"{key}.family", f"unknown family {spec['family']!r}; valid: {', '.join(families)}")
+    return spec
+
+
+def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The full spec of model ``name`` from its config entry; ConfigError names ``models.<name>...``."""
+    key = f"models.{name}"
+    spec = preset_spec("models", name, given, presets(), FAMILIES)
+    family = FAMILIES[spec["family"]]
     schema = family.schema()
     spec = coerce_strings(spec, schema)
     template = spec.get("query_template")

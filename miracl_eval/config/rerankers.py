@@ -9,14 +9,13 @@ one-label classification head), so that a wrong checkpoint stops the run before 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from miracl_eval.config.models import BUILT_CHECKPOINTS, NAME, RESERVED, Preset, load_presets
-from miracl_eval.config.schema_tools import coerce_strings
+from miracl_eval.config.models import BUILT_CHECKPOINTS, Preset, load_presets, preset_spec
+from miracl_eval.config.schema_tools import coerce_strings, first_error
 from miracl_eval.encoders.checkpoints import check_checkpoint
 from miracl_eval.errors import ConfigError, InputError
 from miracl_eval.rerankers.registry import FAMILIES
@@ -35,27 +34,13 @@ def reranker_presets() -> dict[str, Preset]:
 def resolve_reranker(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """The full spec of reranker ``name`` from its config entry; ConfigError names ``rerankers.<name>...``."""
     key = f"rerankers.{name}"
-    if not NAME.match(name) or name in RESERVED:
-        raise ConfigError(key, "a reranker name is letters, digits, '.', '_' and '-' (and not 'bm25')")
-    if given is None:
-        given = {}
-    if not isinstance(given, Mapping):
-        raise ConfigError(key, f"must be a mapping of settings (or {{}} for a preset), not {given!r}")
-    preset = reranker_presets().get(name)
-    spec: dict[str, Any] = copy.deepcopy(dict(preset.settings)) if preset else {}
-    if preset and "family" in given and given["family"] != spec["family"]:
-        spec = {}  # a preset's name used for a reranker of another family: the preset does not apply
-    spec.update(copy.deepcopy(dict(given)))
-    if "family" not in spec:
-        raise ConfigError(
-            f"{key}.family",
-            f"is required ('{name}' is not a preset; presets: {', '.join(reranker_presets())}; "
-            f"families: {', '.join(FAMILIES)})",
-        )
-    family = FAMILIES.get(spec["family"])
-    if family is None:
-        raise ConfigError(f"{key}.family", f"unknown family {spec['family']!r}; valid: {', '.join(FAMILIES)}")
-    spec = family.resolve(coerce_strings({k: v for k, v in spec.items() if k != "family"}, family.schema()), key)
+    spec = preset_spec("rerankers", name, given, reranker_presets(), FAMILIES)
+    family = FAMILIES[spec["family"]]
+    spec = coerce_strings(spec, family.schema())
+    err = first_error(spec, family.schema())
+    if err is not None:
+        raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
+    spec = family.resolve(spec, key)
     folder = Path(spec["checkpoint"]).expanduser()
     if folder.is_dir() and not spec["checkpoint"].startswith(BUILT_CHECKPOINTS):
         try:

@@ -4,8 +4,9 @@ Imported when the Snakefile is parsed, so it imports neither torch nor transform
 names the module that loads it (:attr:`RerankerFamily.module`, with ``load(spec, device, dtype)``).
 
 A reranker's settings are :data:`COMMON_SETTINGS` plus its family's own, JSON-schema
-``properties``; :meth:`RerankerFamily.resolve` checks them and fills in every default, giving the
-*spec* the scoring jobs take. Some settings change no score (:data:`ROW_SETTINGS`: which hits are
+``properties`` (:meth:`RerankerFamily.schema`, which the config validates them against);
+:meth:`RerankerFamily.resolve` fills in every default and checks settings across, giving the *spec*
+the scoring jobs take. Some settings change no score (:data:`ROW_SETTINGS`: which hits are
 reranked, the batch size, what is known of the training): :func:`scoring_settings` leaves them out
 of what the stored scores depend on.
 """
@@ -107,22 +108,10 @@ class RerankerFamily:
         }
 
     def resolve(self, settings: Mapping[str, Any], key: str) -> dict[str, Any]:
-        """The spec of a reranker with these settings, every default filled in; :class:`ConfigError`
-        names ``key`` and the setting (``rerankers.my-ce.depth``)."""
-        import jsonschema
-
+        """The spec of a reranker with these settings (valid against :meth:`schema`: the config checks them,
+        :mod:`miracl_eval.config.rerankers`), every default filled in and the settings checked across;
+        :class:`ConfigError` names ``key`` and the setting (``rerankers.my-ce.query_max_length``)."""
         spec = copy.deepcopy({"family": self.name, **settings})
-        errors = sorted(
-            jsonschema.Draft202012Validator(self.schema()).iter_errors(spec),
-            key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]),
-        )
-        if errors:
-            err = errors[0]
-            path = [key, *map(str, err.absolute_path)]
-            if err.validator == "required":
-                path.append(next(name for name in err.validator_value if name not in err.instance))
-                raise ConfigError(".".join(path), "is required")
-            raise ConfigError(".".join(path), err.message)
         for name, prop in self.properties().items():
             spec.setdefault(name, copy.deepcopy(prop.get("default")))
         try:

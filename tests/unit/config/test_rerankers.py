@@ -86,7 +86,7 @@ def test_what_the_scores_depend_on_leaves_out_depth_batch_size_and_training() ->
         (["bm25>>x"], {"x": {"checkpoint": "/m"}}, "rerankers.x.family", "is required ('x' is not a preset"),
         (["bm25>>x"], {"x": {"family": "colbert", "checkpoint": "/m"}}, "rerankers.x.family", "unknown family"),
         (["bm25>>x"], {"x": {"family": "llm"}}, "rerankers.x.checkpoint", "is required"),
-        (["bm25>>x"], {"x": {**CE, "prompt": "p"}}, "rerankers.x", "Additional properties are not allowed"),
+        (["bm25>>x"], {"x": {**CE, "prompt": "p"}}, "rerankers.x.prompt", "is not a known setting"),
         (["bm25>>a/b"], {"a/b": CE}, "rerankers.a/b", "a reranker name is letters"),
     ],
 )  # fmt: skip
