@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
+from miracl_eval.rerankers.base import query_max_length, score_inputs, score_windows, token_ids
 from miracl_eval.rerankers.heads import check_classifier
 
 
@@ -48,7 +48,10 @@ class CrossEncoderReranker:
         return torch.sigmoid(logits.float()) if self.spec.get("sigmoid") else logits
 
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        return score_inputs(self.inputs(pairs), self.tokenizer, self.device, batch_size, self.forward)
+        def scored(inputs: Sequence[list[int]]) -> np.ndarray:
+            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward)
+
+        return score_windows(pairs, self.inputs, scored)
 
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> CrossEncoderReranker:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import query_max_length, score_inputs, token_ids
+from miracl_eval.rerankers.base import query_max_length, score_inputs, score_windows, token_ids
 from miracl_eval.rerankers.heads import check_causal_lm
 from miracl_eval.rerankers.registry import DEFAULT_PROMPT
 
@@ -59,7 +59,10 @@ class LlmReranker:
         return logits[torch.arange(len(ids), device=logits.device), last, self.yes_id]
 
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        return score_inputs(self.inputs(pairs), self.tokenizer, self.device, batch_size, self.forward)
+        def scored(inputs: Sequence[list[int]]) -> np.ndarray:
+            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward)
+
+        return score_windows(pairs, self.inputs, scored)
 
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> LlmReranker:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from miracl_eval.errors import InputError
-from miracl_eval.rerankers import cross_encoder, llm
+from miracl_eval.rerankers import base, cross_encoder, llm
 from tests.helpers import sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -39,9 +39,10 @@ def _ce_spec(folder: Path, max_length: int = 512, **extra) -> dict:
 
 
 @pytest.mark.parametrize("max_length", [512, 40])
-def test_cross_encoder_equals_flag_reranker(classifier, max_length) -> None:
+def test_cross_encoder_equals_flag_reranker(classifier, max_length, monkeypatch) -> None:
     flag_embedding = pytest.importorskip("FlagEmbedding")
     pairs = _pairs()
+    monkeypatch.setattr(base, "WINDOW", 7)  # pairs tokenized and scored a window at a time
     ours = cross_encoder.load(_ce_spec(classifier, max_length), device="cpu").score(pairs, batch_size=5)
     flag = flag_embedding.FlagReranker(str(classifier), use_fp16=False, devices="cpu", max_length=max_length)
     theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4, normalize=False))
@@ -65,9 +66,10 @@ def test_cross_encoder_equals_sentence_transformers_and_its_sigmoid(classifier) 
 
 
 @pytest.mark.parametrize("max_length", [48, 12])
-def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length) -> None:
+def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length, monkeypatch) -> None:
     flag_embedding = pytest.importorskip("FlagEmbedding")
     pairs = _pairs()
+    monkeypatch.setattr(base, "WINDOW", 6)
     spec = {"family": "llm", "checkpoint": str(decoder), "max_length": max_length, "prompt": llm.DEFAULT_PROMPT,
             "query_instruction": "A: ", "passage_instruction": "B: "}  # fmt: skip
     ours = llm.load(spec, device="cpu").score(pairs, batch_size=5)
@@ -82,3 +84,24 @@ def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length) -> None:
 def test_a_checkpoint_without_a_classification_head_is_refused(tiny_checkpoints) -> None:
     with pytest.raises(InputError, match="not a cross-encoder: its architectures .* have no sequence-classification"):
         cross_encoder.load(_ce_spec(tiny_checkpoints("xlm-r")), device="cpu")
+
+
+def test_windows_score_every_pair_in_order_and_pass_errors_on() -> None:
+    pairs = [(f"q{i}", "p" * i) for i in range(23)]
+    calls: list[int] = []
+
+    def inputs(window):
+        calls.append(len(window))
+        return [[len(p)] for _, p in window]
+
+    def scored(ids):
+        return np.array([float(x[0]) for x in ids])
+
+    np.testing.assert_array_equal(base.score_windows(pairs, inputs, scored, window=5), np.arange(23.0))
+    assert calls == [5, 5, 5, 5, 3] and base.score_windows([], inputs, scored).size == 0
+
+    def broken(window):
+        raise ValueError("bad pair")
+
+    with pytest.raises(ValueError, match="bad pair"):
+        base.score_windows(pairs, broken, scored, window=5)
