@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One GPU lease, one command (see benchmarks/README.md), within 8 minutes so that a second try fits
-# in a 15-minute lease: the device correctness checks, the host side with a null model on a GPU job's
-# CPUs, then BGE-M3-large-shaped encoding with XLM-R's real tokenizer, ours (token budget and tokenizer
-# workers swept) beside FlagEmbedding, every child pinned to the CPUs a SLURM job would have. Every
-# figure goes to $OUT.
+# One GPU lease, one command (see benchmarks/README.md), within 8.5 minutes by its timeouts: the device
+# correctness checks, the host side with a null model on a GPU job's CPUs, then BGE-M3-large-shaped
+# encoding with XLM-R's real tokenizer, ours (token budget and tokenizer workers swept) beside
+# FlagEmbedding, and a bge-reranker-v2-m3-shaped cross-encoder beside FlagReranker, every child pinned to
+# the CPUs a SLURM job would have. Every figure goes to $OUT.
 #   on the device tool:  bash benchmarks/device_session.sh        (carry: [".whl"], from fetch_wheels.sh)
 #   the dry run here, with the image's package set only (what the machine has, plus .whl's wheels):
 #     DEVICE=cpu CONFIG=tiny N=200 ROUNDS=1 IMAGE_CHECK=1 TOKENIZER=<folder> bash benchmarks/device_session.sh
@@ -52,7 +52,7 @@ checks=$?
 grep -E '^(PASS|FAIL|SKIP|device|all|FAILED)' "$OUT/gpu_checks.log" | tee "$OUT/gpu_checks.txt"
 
 # the host side alone (null model): new pipeline, 1 and 6 tokenizer workers, on the job's CPUs
-timeout "${HOST_TIMEOUT:-100}" "$PY" benchmarks/host_speed.py --baseline none --n "$N" --rounds 1 \
+timeout "${HOST_TIMEOUT:-70}" "$PY" benchmarks/host_speed.py --baseline none --n "$N" --rounds 1 \
   --cpu-sets "$JOB_CPUS" --workers-list 1 6 "${tokenizer_args[@]}" >"$OUT/host_speed.log" 2>&1
 host=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/host_speed.log" | tee "$OUT/host_speed.txt"
@@ -65,5 +65,13 @@ timeout "${SPEED_TIMEOUT:-200}" "$PY" benchmarks/encode_speed.py --device "$DEVI
 speed=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/encode_speed.log" | tee "$OUT/encode_speed.txt"
 
-echo "gpu_checks exit $checks, host_speed exit $host, encode_speed exit $speed" | tee "$OUT/summary.txt"
-exit $((checks != 0 || host != 0 || speed != 0))
+# bge-reranker-v2-m3-shaped (XLM-R large, one label): ours beside FlagReranker, 1,024 tokens, bfloat16
+timeout "${RERANK_TIMEOUT:-80}" "$PY" benchmarks/reranker_speed.py --device "$DEVICE" --dtype bfloat16 \
+  --config "${CONFIG:-large}" --pairs "${RERANK_PAIRS:-4000}" --queries 40 --tokens 153 --max-length 1024 \
+  --batch-size 64 --rounds 1 --cpus "$JOB_CPUS" "${tokenizer_args[@]}" >"$OUT/reranker_speed.log" 2>&1
+rerank=$?
+grep -vE 'it/s\]|Warning|warn\(' "$OUT/reranker_speed.log" | tee "$OUT/reranker_speed.txt"
+
+echo "gpu_checks exit $checks, host_speed exit $host, encode_speed exit $speed, reranker_speed exit $rerank" \
+  | tee "$OUT/summary.txt"
+exit $((checks != 0 || host != 0 || speed != 0 || rerank != 0))

@@ -240,14 +240,14 @@ def child_stream(args: argparse.Namespace) -> dict:
 # parent
 
 
-def run_child(argv: list[str]) -> tuple[dict, float]:
-    """Run this script as a child; return its JSON result and its peak RSS (MiB).
+def run_child(argv: list[str], script: str | None = None) -> tuple[dict, float]:
+    """Run this script (or ``script``) as a child; return its JSON result and its peak RSS (MiB).
 
     stderr (progress bars, warnings) goes to a file: a pipe read after stdout would fill up and
     stall a chatty child.
     """
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, stderr=err)
+        proc = subprocess.Popen([sys.executable, script or __file__, *argv], stdout=subprocess.PIPE, stderr=err)
         assert proc.stdout is not None
         stdout = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)

@@ -34,7 +34,7 @@ def test_the_device_session_runs_with_the_image_packages_only(tmp_path, me5_smal
         shutil.copy(me5_small / name, tokenizer / name)
     out = tmp_path / "out"
     env = {
-        **os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "CONFIG": "tiny", "N": "100", "ROUNDS": "1",
+        **os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "CONFIG": "tiny", "N": "100", "ROUNDS": "1", "RERANK_PAIRS": "100",
         "IMAGE_CHECK": "1", "JOB_CPUS": "0", "TOKENIZER": str(tokenizer), "OUT": str(out), "WHEELS": str(tmp_path),
     }  # fmt: skip
     proc = subprocess.run(
@@ -50,7 +50,13 @@ def test_the_device_session_runs_with_the_image_packages_only(tmp_path, me5_smal
     speed = (out / "encode_speed.txt").read_text()
     assert len(re.findall(r"sweep ours:\d+:\d+:\s+[\d.]+ passages/s", speed)) == 3, speed
     assert re.search(r"throughput ratio ours/FlagEmbedding: [\d.]+x", speed), speed
-    assert (out / "summary.txt").read_text().strip() == "gpu_checks exit 0, host_speed exit 0, encode_speed exit 0"
+    rerank = (out / "reranker_speed.txt").read_text()
+    assert (
+        re.search(r"throughput ratio ours/FlagEmbedding: [\d.]+x", rerank) and "largest score difference" in rerank
+    ), rerank
+    assert (out / "summary.txt").read_text().strip() == (
+        "gpu_checks exit 0, host_speed exit 0, encode_speed exit 0, reranker_speed exit 0"
+    )
 
 
 def test_the_image_check_refuses_what_the_image_lacks(tmp_path):
@@ -138,3 +144,12 @@ def test_rerank_speed_compares_the_one_pass_rerank_with_the_baseline() -> None:
     assert set(rows) == {"baseline", "new"}, out
     assert int(rows["new"].replace(",", "")) < int(rows["baseline"].replace(",", "")), out
     assert re.search(r"new / baseline: read [\d.]+x, time [\d.]+x, peak [\d.]+x", out), out
+
+
+@pytest.mark.parametrize("family", ["cross-encoder", "llm"])
+def test_reranker_speed_prints_figures_and_agrees_with_flagembedding(family):
+    pytest.importorskip("FlagEmbedding")
+    out = _run("benchmarks/reranker_speed.py", "--family", family, "--pairs", "60", "--rounds", "1", "--threads", "1")
+    assert re.search(r"^ours\s+[\d.]+ pairs/s", out, re.M) and "throughput ratio ours/FlagEmbedding" in out, out
+    relative = float(re.search(r"relative ([\d.e+-]+)\)", out).group(1))  # type: ignore[union-attr]
+    assert relative < 1e-5, out
