@@ -245,7 +245,7 @@ def mteb_rows():
     return rows
 
 
-#: the hub models that the used models name, by the folder they are fetched into
+#: the hub checkpoints that the used models and rerankers name, by the folder they are fetched into
 HUB_MODELS = {
     hub_folder_name(spec["checkpoint"]): spec["checkpoint"]
     for spec in [*MODELS.values(), *RERANKERS.values()]
