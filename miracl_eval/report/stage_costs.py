@@ -72,15 +72,26 @@ def identify_benchmark(
     return (best[1], best[2]) if best else None
 
 
+#: a peak RSS below this (MB) is no job's: Snakemake sampled only the process that starts the job
+MIN_MEASURED_RSS_MB = 1.0
+
+
 def read_benchmark(path: PathLike) -> list[dict[str, float | None]]:
     """The runs of one Snakemake benchmark file: ``s`` (wall seconds) and ``max_rss`` (MB);
-    a value Snakemake could not measure (``-``, ``NA``) is None."""
+    a value Snakemake could not measure (``-``, ``NA``) is None, and so is a peak under
+    :data:`MIN_MEASURED_RSS_MB`: Snakemake samples a job's processes now and then, and a job of a
+    fraction of a second can end before its first real sample (``0.02`` MB, the process that starts it)."""
     header, rows = read_tsv(path)
     if "s" not in header:
         raise InputError(path, "not a Snakemake benchmark file (no 's' column)", 1)
     i_s = header.index("s")
     i_rss = header.index("max_rss") if "max_rss" in header else None
-    return [{"s": parse_number(r[i_s]), "max_rss": parse_number(r[i_rss]) if i_rss is not None else None} for r in rows]
+
+    def rss(row: list[str]) -> float | None:
+        value = parse_number(row[i_rss]) if i_rss is not None else None
+        return value if value is not None and value >= MIN_MEASURED_RSS_MB else None
+
+    return [{"s": parse_number(r[i_s]), "max_rss": rss(r)} for r in rows]
 
 
 class StageCostRow(TypedDict):

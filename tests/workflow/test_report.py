@@ -195,7 +195,9 @@ def test_top_differences_and_stage_costs(sample_report: Path) -> None:
     assert jobs["evaluate"] == 6 and jobs["tables"] == 1 and jobs["encode_corpus_dense_sparse"] == 2
     assert jobs["tiny_model"] == 1 and jobs["report_significance"] == 1 and "report_stage_costs" not in jobs
     for r in costs.values():
-        assert float(r["total_s"]) >= float(r["max_s"]) > 0 and float(r["max_rss_mb"]) > 0
+        assert float(r["total_s"]) >= float(r["max_s"]) > 0
+        # a peak is measured, but for a rule of sub-second jobs that may end before Snakemake's first sample
+        assert (r["max_rss_mb"] and float(r["max_rss_mb"]) >= 1) or float(r["max_s"]) < 1, r
     # the encoding jobs ran preloaded (the sample's setting): their memory is the forked process's
     # (torch and a model: hundreds of MB), not their relay's (tens of MB, in their benchmark files)
     relay = stage_costs.read_benchmark(sample_report / "stats/miracl/encode_queries_dense_sparse/bge-m3/sw.tsv")[0][

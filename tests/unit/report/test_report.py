@@ -327,3 +327,15 @@ def test_identify_benchmark_prefers_the_most_specific_pattern() -> None:
     assert stage_costs.pattern_regex("a/{x}/{x}.tsv").match("a/1/1.tsv") and not stage_costs.pattern_regex(
         "a/{x}/{x}.tsv"
     ).match("a/1/2.tsv")
+
+
+def test_a_peak_rss_no_job_could_have_is_not_measured(tmp_path: Path) -> None:
+    """Snakemake's sample of a sub-second job can catch only the process that starts it (0.02 MB)."""
+    header = "s\th:m:s\tmax_rss\tmax_vms\n"
+    (tmp_path / "short.tsv").write_text(header + "0.25\t0:00:00\t0.02\t1.62\n")
+    (tmp_path / "real.tsv").write_text(header + "3.1\t0:00:03\t412.5\t900\n2.9\t0:00:02\tNA\t1\n")
+    assert stage_costs.read_benchmark(tmp_path / "short.tsv") == [{"s": 0.25, "max_rss": None}]
+    assert stage_costs.read_benchmark(tmp_path / "real.tsv") == [
+        {"s": 3.1, "max_rss": 412.5},
+        {"s": 2.9, "max_rss": None},
+    ]
