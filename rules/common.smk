@@ -278,19 +278,13 @@ def reranker_spec(wildcards):
     return scoring_settings(spec)
 
 
-def reranker_scored_depth(wildcards):
+def reranker_scored_depth(wildcards, input, output):
     """The depth a chunk's scores are computed at: the configured depth, or the greater depth of its
-    up-to-date stored scores (miracl_eval.rerankers.stage.scored_depth): a lower depth runs no model.
+    stored scores when they are newer than the job's inputs and of the same settings
+    (miracl_eval.rerankers.stage.scored_depth): a lower depth runs no model.
     """
-    fixed = dict(wildcards.items())
-    inputs = [
-        expand(path("run", system=wildcards.first), **fixed)[0],
-        expand(PATHS["queries"], **fixed)[0],
-        part_corpus(PATHS["corpus"])(wildcards),
-    ]
-    output = expand(PATHS["reranker_scores"], **fixed)[0]
     depth = RERANKERS[wildcards.reranker]["depth"]
-    return scored_depth(output, reranker_spec(wildcards), depth, inputs)
+    return scored_depth(output[0], reranker_spec(wildcards), depth, list(input))
 
 
 def encoder_spec(role=None):

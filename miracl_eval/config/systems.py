@@ -215,22 +215,19 @@ def training(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     when a part is, else zero-shot."""
     dataset = config["dataset"]
 
-    def of_model(model: str) -> dict[str, str]:
-        names = config["models"][model].get("trained_on")
-        status = _model_training(config["models"][model], dataset)
-        return {"training": status, "trained_on": "?" if names is None else "+".join(names) or "-"}
-
-    def of_reranker(name: str) -> dict[str, str]:
-        names = config["rerankers"][name].get("trained_on")
-        status = _model_training(config["rerankers"][name], dataset)
+    def of_spec(spec: Mapping[str, Any]) -> dict[str, str]:  # a model's or a reranker's
+        names = spec.get("trained_on")
+        status = _model_training(spec, dataset)
         return {"training": status, "trained_on": "?" if names is None else "+".join(names) or "-"}
 
     def of_system(system: System) -> dict[str, str]:
         if system.reranker is not None and system.first_stage is not None:
-            return _combined([of_system(system.first_stage), of_reranker(system.reranker)])
+            return _combined([of_system(system.first_stage), of_spec(config["rerankers"][system.reranker])])
         if system.hybrid is not None:  # its members are rows
             return _combined([of_system(rows[m]) for m in config["hybrids"][system.hybrid]["systems"]])
-        return of_model(system.model) if system.model is not None else {"training": ZERO_SHOT, "trained_on": "-"}
+        if system.model is not None:
+            return of_spec(config["models"][system.model])
+        return {"training": ZERO_SHOT, "trained_on": "-"}
 
     rows = {s.label: s for s in systems(config)}
     return {label: of_system(system) for label, system in rows.items()}

@@ -139,12 +139,12 @@ def reranked_run_stage(
 ) -> int:
     """Stage: the reranked run of a partition (Parquet and TREC, tagged ``tag``) from the first stage's run and
     its chunks' scores; returns its number of rows."""
-    first = run_rows(first_run, None, depth)
-    scores = [schemas.read_table(p, schemas.PAIR_SCORES) for p in score_files]
-    for path in score_files:
+    for path in score_files:  # from the footers, before any table is read
         stored = scored_with(path)
         if stored is not None and int(stored.get("depth", 0)) < depth:
             raise InputError(path, f"holds the scores of the top {stored['depth']} hits, not of the top {depth}")
+    first = run_rows(first_run, None, depth)
+    scores = [schemas.read_table(p, schemas.PAIR_SCORES) for p in score_files]
     table = pa.concat_tables(scores) if scores else schemas.PAIR_SCORES.empty_table()
     try:
         run = rerank(first, table, depth)
