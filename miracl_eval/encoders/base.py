@@ -429,11 +429,15 @@ class TransformerEncoder:
 
         The copies queue behind the batch's kernels and the next batch's kernels queue behind
         them, so the host can turn this batch into arrays while the GPU runs the next one.
+        The copies run on the current stream of the model's device (a device-to-host copy runs on its
+        source's), and the event is recorded on that same stream: with the model on ``cuda:1`` and
+        the thread's current device 0, an event on device 0's stream would mark nothing of the copy.
         """
         if self.device.type != "cuda":
             return
+        stream = torch.cuda.current_stream(self.device)
         for name, tensor in batch.tensors.items():
             host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
             batch.tensors[name] = host.copy_(tensor, non_blocking=True)
         batch.ready = torch.cuda.Event()
-        batch.ready.record()
+        batch.ready.record(stream)

@@ -12,8 +12,15 @@ lock files, so they never share a device either.
 
 The devices: ``MIRACL_EVAL_GPUS`` (a count, ``4``, or a list, ``0,2,3``) if set; else the list in
 ``CUDA_VISIBLE_DEVICES`` if set (a lease then picks among those); else the GPUs that ``nvidia-smi -L``
-lists. Under SLURM (``SLURM_JOB_ID`` set), the scheduler has already given the job its devices in
-``CUDA_VISIBLE_DEVICES``, and nothing is changed.
+lists.
+
+Under SLURM (``SLURM_JOB_ID`` set) the devices are the allocation's, in ``CUDA_VISIBLE_DEVICES``.
+When they are exactly what the job asks for (the SLURM executor plugin submits each job with its
+own GPUs), nothing is changed. When the allocation holds more (``sbatch --gpus=4`` running the
+workflow with ``--resources gpu=4``: every job sees all four), the jobs lease among them as on a
+machine of their own, with lock files of that allocation (``slurm-{SLURM_JOB_ID}`` in
+:func:`lock_dir`): two allocations on one node number their devices each from 0, and their
+``CUDA_VISIBLE_DEVICES=0`` are different GPUs.
 """
 
 from __future__ import annotations
@@ -94,17 +101,24 @@ def lease_gpus(count: int = 1) -> str | None:
     """Lease ``count`` devices for this process and set ``CUDA_VISIBLE_DEVICES`` to them.
 
     Returns the devices as set (``"2"``, ``"0,3"``), or None when nothing was leased: under SLURM
-    (its own assignment stands) or on a machine without GPUs. Waits while fewer than ``count``
-    devices are free; a device stays leased until this process ends.
+    when the allocation holds no more devices than the job asks for (its assignment stands), or on a
+    machine without GPUs. Waits while fewer than ``count`` devices are free; a device stays leased
+    until this process ends.
     """
-    if os.environ.get("SLURM_JOB_ID"):
-        return None
-    devices = machine_devices()
-    if not devices:
-        return None
-    if count > len(devices):
-        raise ConfigError(DEVICES_ENV, f"a job asks for {count} GPUs, this machine has {len(devices)}")
-    folder = lock_dir()
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    if slurm_job:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
+        if len(devices) <= count:
+            return None
+        folder = lock_dir() / f"slurm-{slurm_job}"
+    else:
+        devices = machine_devices()
+        if not devices:
+            return None
+        if count > len(devices):
+            raise ConfigError(DEVICES_ENV, f"a job asks for {count} GPUs, this machine has {len(devices)}")
+        folder = lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
     waited = False
     while True:

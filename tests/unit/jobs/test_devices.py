@@ -98,6 +98,33 @@ def test_under_slurm_the_schedulers_assignment_stands(tmp_path: Path, monkeypatc
     assert not (tmp_path / "locks").exists()
 
 
+def test_in_a_slurm_allocation_of_several_gpus_each_job_leases_its_own(tmp_path: Path) -> None:
+    """``sbatch --gpus=4`` running the workflow with ``--resources gpu=4``: every job sees the four
+    devices; each GPU job takes one no other job of the allocation holds. A second allocation on the
+    same node numbers its devices from 0 too: its leases are its own."""
+    env = _env(tmp_path, SLURM_JOB_ID="42", CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_GPUS_ON_NODE="4")
+    holders = [_holder(env) for _ in range(4)]
+    other = None
+    try:
+        assert sorted(_device(p) for p in holders) == ["0", "1", "2", "3"]
+        other = _holder(_env(tmp_path, SLURM_JOB_ID="43", CUDA_VISIBLE_DEVICES="0,1"))
+        assert _device(other) == "0"
+    finally:
+        _release(*holders, *([other] if other else []))
+    assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == ["slurm-42", "slurm-43"]
+
+
+def test_a_slurm_job_given_as_many_gpus_as_it_asks_for_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv(devices.LOCKS_ENV, str(tmp_path / "locks"))
+    assert devices.lease_gpus(2) is None
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert not (tmp_path / "locks").exists()
+
+
 def test_no_gpus_no_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
