@@ -155,6 +155,11 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise MiraclEvalError(f"unknown dtype '{dtype}' (use auto, float32, float16 or bfloat16)") from None
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """A torch dtype's name as the settings spell it: ``bfloat16``, ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
 def resolve_model_dir(checkpoint: str | os.PathLike[str]) -> Path:
     """A local folder for ``checkpoint``: the folder itself, or a hub snapshot for a hub id."""
     path = Path(checkpoint).expanduser()

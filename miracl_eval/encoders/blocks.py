@@ -34,7 +34,8 @@ FINGERPRINT_KEY = b"miracl_eval.encoding"
 
 
 def fingerprint(spec: Mapping[str, Any], dtype: str, dense_dtype: str, shard_size: int) -> str:
-    """What a shard's encodings depend on, as a short hash (its files' metadata)."""
+    """What a shard's encodings depend on, as a short hash (its files' metadata); ``dtype`` is the one the
+    model runs in (resolved: never ``auto``), so that a block re-encoded on another device re-encodes its shards."""
     settings = {"spec": dict(spec), "dtype": dtype, "dense_dtype": dense_dtype, "shard_size": shard_size}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:32]
 

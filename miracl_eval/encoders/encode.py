@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from miracl_eval import schemas, shards
 from miracl_eval.encoders import PRELOAD_MODULES, base, blocks, pipeline
 from miracl_eval.encoders.base import DENSE, SPARSE, HostSettings, Role, TransformerEncoder
+from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.passages import passage_texts, text_columns
@@ -171,7 +172,8 @@ def _write_encoded(
             schema = schemas.dense_schema(encoder.dim, dense_dtype, key=key)
         else:
             schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
-        kinds[kind] = (outputs[kind], schema.with_metadata(dict(metadata)) if metadata else schema)
+        stamp = {**(metadata or {}), MODEL_DTYPE_KEY: base.dtype_name(encoder.dtype).encode()}
+        kinds[kind] = (outputs[kind], schema.with_metadata(stamp))
     read = 0
 
     def chunks() -> Iterator[tuple[pa.Array, list[str]]]:  # runs in the pipeline's planner thread
@@ -328,7 +330,9 @@ def encode_corpus_block(
     last = schemas.num_chunks(corpus_parquet, shard_size) - 1
     if block_range.stop - 1 > last:
         raise ValueError(f"block {block} is out of range: {corpus_parquet} has shards 0 to {last} of {shard_size}")
-    mark = blocks.fingerprint(spec, dtype, dense_dtype, shard_size)
+    # the dtype the model will run in, not the setting: 'auto' is float32 on the CPU, bfloat16 on an H200
+    used = base.dtype_name(base.resolve_dtype(dtype, base.resolve_device(device)))
+    mark = blocks.fingerprint(spec, used, dense_dtype, shard_size)
     checkpoint = spec["checkpoint"]
     not_before = blocks.newest_mtime([corpus_parquet, *([checkpoint] if Path(checkpoint).exists() else [])])
     host = base.host_settings(batch_size, token_budget, tokenizer_workers)
@@ -344,6 +348,8 @@ def encode_corpus_block(
             continue
         if encoder is None:
             encoder = _load_encoder(spec, shard_files, device, dtype)
+            if base.dtype_name(encoder.dtype) != used:  # pragma: no cover - resolve_dtype decides both
+                raise AssertionError(f"the model runs in {encoder.dtype}, the fingerprint says {used}")
         stats = _encode_shard(
             encoder,
             corpus_parquet,
@@ -364,6 +370,7 @@ def encode_corpus_block(
     dim = encoder.dim if encoder is not None else _stored_dim(done)
     facts = {
         "fingerprint": mark,
+        "dtype": used,
         "dim": dim,
         "device": str(encoder.device) if encoder is not None else None,
         "seconds": round(time.perf_counter() - started, 3),

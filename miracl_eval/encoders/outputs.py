@@ -20,6 +20,38 @@ from miracl_eval import schemas
 from miracl_eval.errors import InputError
 from miracl_eval.types import PathLike
 
+#: the Parquet metadata key of the dtype the model ran in when it wrote a file (``bfloat16``, ``float32``):
+#: the shards of one corpus must agree, or a CPU's float32 and a GPU's bfloat16 vectors would mix
+MODEL_DTYPE_KEY = b"miracl_eval.model_dtype"
+
+
+def model_dtype(schema: pa.Schema) -> str | None:
+    """The dtype the model ran in, as the file's metadata says (None for files written without it)."""
+    value = (schema.metadata or {}).get(MODEL_DTYPE_KEY)
+    return value.decode() if value is not None else None
+
+
+class _OneModelDtype:
+    """Checks that the shards read together were encoded with the model in one dtype."""
+
+    def __init__(self) -> None:
+        self.first: tuple[PathLike, str] | None = None
+
+    def check(self, path: PathLike, schema: pa.Schema) -> None:
+        dtype = model_dtype(schema)
+        if dtype is None:
+            return
+        if self.first is None:
+            self.first = (path, dtype)
+        elif dtype != self.first[1]:
+            raise InputError(
+                path,
+                f"encoded with the model in {dtype}, but {self.first[0]} in {self.first[1]}: the shards of a corpus "
+                "must come from one dtype (encoder.dtype; 'auto' is bfloat16 on a recent GPU, float16 on an older "
+                "one, float32 on the CPU). Delete the encodings of one of them (or run with --forcerun on its "
+                "encoding jobs) to re-encode it as the others",
+            )
+
 
 def vector_dim(path: PathLike, key: str | None = None) -> tuple[str, int, str]:
     """``(key column, dim, dtype)`` of a vector Parquet file, from its schema (no data read)."""
@@ -76,8 +108,10 @@ def iter_vector_batches(
     given); a bad or corrupt shard raises :class:`InputError` naming it.
     """
     shards = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    one_dtype = _OneModelDtype()
     for path in shards:
         k, d, _ = vector_dim(path, key)
+        one_dtype.check(path, pq.read_schema(path))
         if dim is None:
             dim = d
         elif d != dim:
@@ -132,11 +166,14 @@ def iter_sparse_batches(
     non-finite weight raise :class:`InputError` naming the file and record.
     """
     shards = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    one_dtype = _OneModelDtype()
     for path in shards:
         try:
-            names = pq.read_schema(path).names
+            schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as err:
             raise InputError(path, f"cannot read Parquet file ({err})") from err
+        one_dtype.check(path, schema)
+        names = schema.names
         k = key or next((c for c in ("docid", "qid") if c in names), None)
         if k is None or k not in names:
             raise InputError(path, f"not a lexical weights file: no '{key or 'docid/qid'}' column")

@@ -182,9 +182,27 @@ def driver_version() -> str | None:
     return out[0] if out else None
 
 
-def gpu_faiss_installed() -> bool:
-    """Whether the installed Faiss is a GPU build (its distribution's name), without importing it."""
-    import importlib.metadata
+#: a class that only a GPU build's SWIG wrapper defines
+GPU_FAISS_MARK = b"class GpuIndexFlat"
 
+
+def gpu_faiss_installed() -> bool:
+    """Whether the installed Faiss is a GPU build, without importing it (parsing the Snakefile imports
+    no engine): its SWIG wrapper (``faiss/swigfaiss*.py``) defines the GPU index classes. The
+    distribution's name cannot tell: conda-forge's CPU and GPU builds are both named ``faiss``. Without
+    a wrapper to read, a distribution named ``faiss-gpu*`` counts as one."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("faiss")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return False
+    wrappers = [Path(p) / name for p in spec.submodule_search_locations or [] for name in os.listdir(p)
+                if name.startswith("swigfaiss") and name.endswith(".py")]  # fmt: skip
+    if wrappers:
+        return any(GPU_FAISS_MARK in w.read_bytes() for w in wrappers)
     names = {d.metadata["Name"].lower() for d in importlib.metadata.distributions() if d.metadata["Name"]}
-    return any(n.startswith("faiss-gpu") or n == "faiss" for n in names) and "faiss-cpu" not in names
+    return any(n.startswith("faiss-gpu") for n in names)

@@ -137,3 +137,30 @@ def test_a_killed_block_keeps_its_finished_shards(tiny_checkpoints, corpus_parqu
 def test_a_block_beyond_the_corpus(tiny_checkpoints, corpus_parquet, tmp_path) -> None:
     with pytest.raises(ValueError, match="block 00003-00004 is out of range"):
         _block(corpus_parquet, tmp_path, _spec(tiny_checkpoints), block="00003-00004")
+
+
+def test_the_fingerprint_holds_the_dtype_the_model_ran_in_and_one_corpus_holds_one(
+    tiny_checkpoints, corpus_parquet, tmp_path
+) -> None:
+    """``auto`` is recorded as what it became (float32 on the CPU, bfloat16 on an H200): the same model
+    in another dtype re-encodes, the same dtype spelled ``auto`` does not; shards of two dtypes read
+    together are an error naming them."""
+    from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY, iter_sparse_batches, iter_vector_batches
+    from miracl_eval.errors import InputError
+
+    folder, spec = tmp_path / "block", _spec(tiny_checkpoints)
+    assert _block(corpus_parquet, folder, spec, dtype="float32")["encoded_shards"] == 4
+    result = _block(corpus_parquet, folder, spec, dtype="auto")  # float32 on the CPU: the same encodings
+    assert result["encoded_shards"] == 0 and result["dtype"] == "float32"
+    result = _block(corpus_parquet, folder, spec, dtype="bfloat16")
+    assert result["encoded_shards"] == 4 and result["dtype"] == "bfloat16"
+    assert json.loads((folder / "00000-00003.json").read_text())["dtype"] == "bfloat16"
+    assert pq.read_schema(folder / "dense" / "00003.parquet").metadata[MODEL_DTYPE_KEY] == b"bfloat16"
+    # a later block of the same corpus encoded elsewhere, in float32
+    assert _block(corpus_parquet, folder, spec, block="00002-00003", dtype="float32")["encoded_shards"] == 2
+    for kind, read in (("dense", iter_vector_batches), ("sparse", iter_sparse_batches)):
+        files = [folder / kind / f"{s:05d}.parquet" for s in range(4)]
+        with pytest.raises(InputError, match="float32, but .*00000.parquet in bfloat16") as err:
+            list(read(files))
+        assert str(files[2]) in str(err.value)
+        assert len(list(read(files[:2]))) >= 1 and len(list(read(files[2:]))) >= 1  # one dtype each: fine

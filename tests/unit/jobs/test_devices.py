@@ -142,3 +142,31 @@ def test_bad_device_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(ConfigError, match=message) as err:
         devices.lease_gpus(3)
     assert err.value.key == devices.DEVICES_ENV
+
+
+@pytest.mark.parametrize(
+    "dist, wrapper, gpu",
+    [
+        ("faiss", "class IndexFlatIP:\n    pass\n", False),  # conda-forge's CPU build: named faiss
+        ("faiss", "class IndexFlatIP:\n    pass\nclass GpuIndexFlatIP:\n    pass\n", True),  # its GPU build
+        ("faiss_gpu_cu12", "class GpuIndexFlatIP:\n    pass\n", True),
+        ("faiss_cpu", "class IndexFlatIP:\n    pass\n", False),
+        (None, None, False),  # no Faiss
+    ],
+)
+def test_a_gpu_faiss_is_told_by_its_wrapper_not_its_name(tmp_path: Path, dist, wrapper, gpu) -> None:
+    """In an interpreter whose only packages are a fake Faiss (``-S``: no site-packages)."""
+    if dist is not None:
+        (tmp_path / "faiss").mkdir()
+        (tmp_path / "faiss" / "__init__.py").write_text("raise ImportError('never imported')\n")
+        (tmp_path / "faiss" / "swigfaiss.py").write_text(wrapper)
+        info = tmp_path / f"{dist}-1.9.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: 1.9.0\n")
+    code = (
+        f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {str(REPO)!r}]\n"
+        "from miracl_eval.jobs.devices import gpu_faiss_installed; print(gpu_faiss_installed())"
+    )
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(gpu)
