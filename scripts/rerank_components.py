@@ -19,6 +19,7 @@ run_stage(
                 spec=p.spec,
                 corpus=i.corpus,
                 batch_size=sm.config["encoder"]["batch_size"],
+                token_budget=sm.config["encoder"]["token_budget"],
                 device=p.device,
                 dtype=p.dtype,
             )

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.checkpoints import HUB_ID, HUB_IGNORE, check_checkpoint, hub_error
-from miracl_eval.encoders.pipeline import TOKENIZE_SLICE, HostSettings, collect
+from miracl_eval.encoders.pipeline import TOKENIZE_SLICE, HostSettings, collect, plan_batches
 from miracl_eval.errors import ConfigError, InputError, MiraclEvalError
 from miracl_eval.jobs.devices import driver_version, held_gpus
 
@@ -392,21 +392,32 @@ class TransformerEncoder:
 
     @torch.inference_mode()
     def iter_batches(
-        self, texts: Sequence[str], max_length: int, batch_size: int, kinds: Sequence[str]
+        self,
+        texts: Sequence[str],
+        max_length: int,
+        batch_size: int,
+        kinds: Sequence[str],
+        token_budget: int | None = None,
     ) -> Iterator[Batch]:
         """Encode prepared ``texts`` longest first, one batch at a time (tokenizing all of ``texts`` at once)."""
         if not texts:
             return
         ids, lengths = self.tokenize(texts, max_length)
-        yield from self.iter_token_batches(ids, lengths, batch_size, kinds)
+        yield from self.iter_token_batches(ids, lengths, batch_size, kinds, token_budget)
 
     def iter_token_batches(
-        self, ids: np.ndarray, lengths: np.ndarray, batch_size: int, kinds: Sequence[str]
+        self,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        batch_size: int,
+        kinds: Sequence[str],
+        token_budget: int | None = None,
     ) -> Iterator[Batch]:
-        """Encode tokenized texts (:meth:`tokenize`'s ids and lengths) longest first, one batch at a time."""
-        order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), batch_size):
-            pos = order[start : start + batch_size]
+        """Encode tokenized texts (:meth:`tokenize`'s ids and lengths) longest first, one batch at a time:
+        as many of the longest remaining texts as fit ``token_budget`` padded tokens (the encoding
+        pipeline's default when None), at most ``batch_size``, as :func:`pipeline.plan_batches` cuts them."""
+        budget = token_budget or HostSettings().token_budget
+        for pos in plan_batches(lengths, budget, batch_size):
             blen = lengths[pos]
             bids = torch.from_numpy(np.ascontiguousarray(ids[pos, : int(blen.max())]))
             yield self.run_batch(pos, bids, blen, kinds)

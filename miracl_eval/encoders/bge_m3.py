@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from miracl_eval.encoders.base import (
     DENSE,
+    HostSettings,
     SPARSE,
     Batch,
     Checkpoint,
@@ -191,6 +192,7 @@ def multivec_scores(
     passage_kinds: Sequence[str] = (),
     on_batch: BatchHook | None = None,
     query_tokens: int = QUERY_TOKENS,
+    token_budget: int | None = None,
 ) -> np.ndarray:
     """ColBERT scores (float32, aligned with ``pairs``) of ``(query index, docid)`` pairs.
 
@@ -198,7 +200,10 @@ def multivec_scores(
     max lengths are the spec's. Queries are taken in groups of at most ``query_tokens`` padded
     tokens; every distinct passage of a group's pairs is encoded once, in chunks, and its token
     vectors are dropped once its pairs are scored: memory is bounded by the group and the chunk,
-    not by the number of queries or candidates.
+    not by the number of queries or candidates. Encoding batches hold at most ``batch_size`` texts
+    and ``token_budget`` padded tokens (the encoding pipeline's default when None), as in encoding:
+    256 passages of 8,192 tokens would be one batch of 2.1M tokens otherwise; the pairs of a batch
+    are scored in blocks of at most ``token_budget`` passage tokens too.
 
     The same forward pass gives the passage's other outputs: ``passage_kinds`` (``dense``,
     ``sparse``) are computed too, and ``on_batch`` sees each passage batch with the pairs it
@@ -228,7 +233,8 @@ def multivec_scores(
             by_doc.setdefault(pairs[k][1], []).append(k)
         width = int(q_lengths[group].max())
         tokens = (q_ids[group, :width], q_lengths[group])
-        _score_group(model, tokens, q_index[group], pair_q, passages, by_doc, batch_size, kinds, scores, on_batch)
+        sizes = (batch_size, token_budget or HostSettings().token_budget)
+        _score_group(model, tokens, q_index[group], pair_q, passages, by_doc, sizes, kinds, scores, on_batch)
     return scores
 
 
@@ -239,19 +245,21 @@ def _score_group(
     pair_q: np.ndarray,
     passages: Mapping[str, str],
     by_doc: dict[str, list[int]],
-    batch_size: int,
+    sizes: tuple[int, int],
     kinds: Sequence[str],
     scores: np.ndarray,
     on_batch: BatchHook | None,
 ) -> None:
-    """Score the pairs of one query group (queries ``q_ids``, tokenized: ``q_tokens``)."""
+    """Score the pairs of one query group (queries ``q_ids``, tokenized: ``q_tokens``); ``sizes``: texts
+    and padded tokens per batch at most."""
     dev = model.device
+    batch_size, token_budget = sizes
     # Queries: the group's, padded into one tensor on the device.
     q_slot = np.full(int(q_ids.max()) + 1, -1, dtype=np.int64)
     q_slot[q_ids] = np.arange(len(q_ids))
     q_lens = torch.zeros(len(q_ids), dtype=torch.long, device=dev)
     q_vecs: torch.Tensor | None = None
-    for batch in model.iter_token_batches(*q_tokens, batch_size, (MULTIVEC,)):
+    for batch in model.iter_token_batches(*q_tokens, batch_size, (MULTIVEC,), token_budget):
         vecs = batch.tensors[MULTIVEC]
         if q_vecs is None:  # the first batch is the longest
             q_vecs = torch.zeros(len(q_ids), vecs.shape[1], vecs.shape[2], device=dev)
@@ -262,14 +270,15 @@ def _score_group(
     q_valid = torch.arange(q_vecs.shape[1], device=dev)[None, :] < q_lens[:, None]
 
     docids = list(by_doc)
-    pair_block = max(batch_size, 64)
     chunk = chunk_rows(batch_size)
     p_max_length = model.max_length("passage")
     for start in range(0, len(docids), chunk):
         chunk_ids = docids[start : start + chunk]
         texts = model.prepare([passages[d] for d in chunk_ids], "passage")
-        for batch in model.iter_batches(texts, p_max_length, batch_size, kinds):
+        for batch in model.iter_batches(texts, p_max_length, batch_size, kinds, token_budget):
             p_vecs = batch.tensors[MULTIVEC]  # [B, Lp, d], zero past each passage's end
+            # pairs scored at once: their gathered passage vectors hold at most token_budget tokens
+            pair_block = max(1, token_budget // max(1, p_vecs.shape[1]))
             p_valid = (
                 torch.arange(p_vecs.shape[1], device=dev)[None, :]
                 < torch.from_numpy(batch.lengths - 1).to(dev)[:, None]

@@ -92,9 +92,11 @@ def rerank_candidates(
     device: str,
     dtype: str,
     query_tokens: int | None = None,
+    token_budget: int | None = None,
 ) -> pa.Table:
     """Dense, sparse and multi-vector scores of ``pairs`` from one encoding of each candidate passage
-    (:func:`miracl_eval.fusion.rerank.one_pass_scores`); ``spec``: a resolved BGE-M3 spec."""
+    (:func:`miracl_eval.fusion.rerank.one_pass_scores`); ``spec``: a resolved BGE-M3 spec; ``batch_size``
+    and ``token_budget``: the encoder's (texts and padded tokens per batch at most)."""
     from miracl_eval.encoders import bge_m3
 
     qids = pc.unique(pairs.column("qid"))
@@ -114,6 +116,7 @@ def rerank_candidates(
         passages,
         batch_size,
         query_tokens=query_tokens,
+        token_budget=token_budget,
     )
     return components_table(pairs.select(PAIRS.names).cast(PAIRS), **scores)
 
@@ -179,7 +182,7 @@ def rerank_components_stage(
 ) -> int:
     """Stage: dense, sparse and multi-vector scores of one query chunk's dense top-``depth``; returns #pairs.
 
-    ``encoder``: ``spec``, ``corpus``, ``batch_size``, ``device`` and ``dtype`` (see
+    ``encoder``: ``spec``, ``corpus``, ``batch_size``, ``token_budget``, ``device`` and ``dtype`` (see
     :func:`rerank_candidates`).
     """
     pairs = _chunk_pairs(lambda rows: dense_candidates(rows(dense_run), depth), queries, chunk, chunk_index)

@@ -34,11 +34,13 @@ def one_pass_scores(
     passages: dict[str, str],
     batch_size: int,
     query_tokens: int | None = None,
+    token_budget: int | None = None,
 ) -> dict[str, np.ndarray]:
     """``{"dense", "sparse", "multivec"}`` scores (float64, aligned with ``pairs``) of a BGE-M3 model.
 
     ``query_texts`` and ``passages``: texts by qid and docid; ``query_vectors`` and
-    ``query_weights``: the queries' stored dense and sparse outputs.
+    ``query_weights``: the queries' stored dense and sparse outputs; ``batch_size`` and ``token_budget``:
+    texts and padded tokens per encoding batch at most (the encoder settings).
     """
     from miracl_eval.encoders import bge_m3
 
@@ -76,6 +78,7 @@ def one_pass_scores(
         batch_size,
         passage_kinds=(DENSE, SPARSE),
         on_batch=on_batch,
+        token_budget=token_budget,
         **extra,
     )
     n = len(pairs)

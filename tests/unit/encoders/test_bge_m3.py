@@ -275,11 +275,11 @@ def _stored_queries(enc, qids, queries):
     return VectorLookup(ids, out.dense), SparseLookup(ids, indptr, tokens, weights)
 
 
-@pytest.mark.parametrize("query_tokens", [None, 40])
-def test_one_pass_rerank_scores_equal_flagembedding_compute_score(enc, flag, query_tokens):
+@pytest.mark.parametrize("query_tokens, token_budget", [(None, None), (40, None), (None, 100)])
+def test_one_pass_rerank_scores_equal_flagembedding_compute_score(enc, flag, query_tokens, token_budget):
     """The rerank's three scores from one encoding of each candidate (in query groups of 40 padded
-    tokens: several groups, passages shared between groups encoded again) equal FlagEmbedding's
-    ``compute_score`` on the same (query, passage) pairs."""
+    tokens: several groups, passages shared between groups encoded again; or in batches of at most
+    100 padded tokens) equal FlagEmbedding's ``compute_score`` on the same (query, passage) pairs."""
     import pyarrow as pa
 
     from miracl_eval.fusion.rerank import one_pass_scores
@@ -290,7 +290,8 @@ def test_one_pass_rerank_scores_equal_flagembedding_compute_score(enc, flag, que
     pairs = [(q, d) for i, q in enumerate(qids) for j, d in enumerate(docs) if (i + j) % 3 == 0]
     table = pa.table({"qid": [q for q, _ in pairs], "docid": [d for _, d in pairs]})
     dense, sparse = _stored_queries(enc, qids, queries)
-    got = one_pass_scores(enc, table, dict(zip(qids, queries, strict=True)), dense, sparse, docs, 4, query_tokens)
+    texts = dict(zip(qids, queries, strict=True))
+    got = one_pass_scores(enc, table, texts, dense, sparse, docs, 4, query_tokens, token_budget=token_budget)
     theirs = flag.compute_score(
         [(queries[int(q[1:])], docs[d]) for q, d in pairs], batch_size=4, max_query_length=32, max_passage_length=96
     )
@@ -298,3 +299,27 @@ def test_one_pass_rerank_scores_equal_flagembedding_compute_score(enc, flag, que
         assert got[ours].dtype == np.float64 and got[ours].shape == (len(pairs),)
         np.testing.assert_allclose(got[ours], theirs[flag_name], atol=TOL, err_msg=ours)
     assert (got["sparse"] > 0).mean() > 0.2 and np.unique(np.round(got["multivec"], 5)).size > len(pairs) // 2
+
+
+def test_multivec_batches_keep_to_the_token_budget(ckpt, monkeypatch):
+    """Long passages come in small batches (rows x longest row <= token_budget, or one row), short
+    queries in large ones; the scores are those of batches by row count."""
+    enc = bge_m3.load(_spec(ckpt, query=32, passage=500), device="cpu", multivec=True)
+    queries = sample_queries(["en", "zh", "ar"])[:6]
+    texts = [" ".join(sample_passages(["en", "ru", "zh"], 9)[i : i + 3]) for i in range(9)] + ["short one", "x"]
+    docs = {f"d{i}": t for i, t in enumerate(texts)}
+    pairs = [(qi, d) for qi in range(len(queries)) for d in docs]
+    expected = multivec_scores(enc, queries, docs, pairs, 8, token_budget=1 << 20)  # rows alone decide
+    shapes: list[tuple[int, int]] = []
+    real = BgeM3Encoder.forward
+
+    def recording(self, input_ids, mask, kinds):
+        shapes.append(tuple(input_ids.shape))
+        return real(self, input_ids, mask, kinds)
+
+    monkeypatch.setattr(BgeM3Encoder, "forward", recording)
+    got = multivec_scores(enc, queries, docs, pairs, 8, token_budget=300)
+    assert max(w for _, w in shapes) > 150  # the long passages were long
+    assert all(rows * width <= 300 or rows == 1 for rows, width in shapes), shapes
+    assert any(rows == len(queries) for rows, _ in shapes)  # the short queries: one batch
+    np.testing.assert_allclose(got, expected, atol=1e-6)  # the tiny model's batch-shape differences: ~1e-7
