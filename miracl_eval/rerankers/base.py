@@ -5,6 +5,12 @@ Inputs follow FlagEmbedding's rerankers (the reference harness of the BGE rerank
 numbers): the query's tokens (without special tokens) are cut to ``query_max_length`` (by default
 three quarters of ``max_length``), the passage's to ``max_length``, and the pair is then cut to
 ``max_length`` by shortening the passage only (``truncation='only_second'``).
+
+Scores are computed in float32 whatever dtype the model runs in: a head left in bfloat16 would round
+every score to 8 significant bits, and a top 10 of close scores would tie, broken by docid. (FlagEmbedding
+runs the whole model, head included, in float16 with ``use_fp16``, 11 bits: its
+``inference/reranker/encoder_only/base.py`` and ``decoder_only/base.py`` call ``model.half()`` and
+upcast the logits after.)
 """
 
 from __future__ import annotations
@@ -28,6 +34,28 @@ class Reranker(Protocol):
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         """One float64 score per pair, in input order."""
         ...
+
+
+def _float32_inputs(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    def up(x: Any) -> Any:
+        return x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    return tuple(up(a) for a in args), {k: up(v) for k, v in kwargs.items()}
+
+
+def float32_head(model: torch.nn.Module) -> list[str]:
+    """Run a classifier's head in float32 on the (upcast) hidden states of its base model, which stays in
+    its dtype: the modules beside the base model (``classifier``, ``score``, ``pre_classifier``) and the
+    base model's ``pooler`` (BERT's head reads it). Returns the names of the modules made float32."""
+    base_model = getattr(model, "base_model", model)
+    heads = [(name, m) for name, m in model.named_children() if m is not base_model]
+    pooler = getattr(base_model, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        heads.append((f"{getattr(model, 'base_model_prefix', 'base_model')}.pooler", pooler))
+    for _, module in heads:
+        module.float()
+        module.register_forward_pre_hook(_float32_inputs, with_kwargs=True)
+    return [name for name, _ in heads]
 
 
 def query_max_length(spec: Mapping[str, Any]) -> int:

@@ -6,7 +6,7 @@ which does not change the order. The pair is the tokenizer's pair encoding
 (``<s> query </s></s> passage </s>`` for XLM-R, ``[CLS] query [SEP] passage [SEP]`` for BERT) of the
 query and passage cut to their token budgets as :mod:`.base` says (decoded back to text and encoded
 as a pair, the passage shortened to fit ``max_length``: what FlagEmbedding does with transformers 5,
-which dropped the id-level ``prepare_for_model``).
+which dropped the id-level ``prepare_for_model``). The head runs in float32 (:func:`.base.float32_head`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import query_max_length, score_inputs, score_windows, token_ids
+from miracl_eval.rerankers.base import float32_head, query_max_length, score_inputs, score_windows, token_ids
 from miracl_eval.rerankers.heads import check_classifier
 
 
@@ -29,6 +29,7 @@ class CrossEncoderReranker:
         self.model, self.tokenizer, self.device, self.spec = model, tokenizer, device, spec
         self.max_length = int(spec["max_length"])
         self.query_max_length = query_max_length(spec)
+        float32_head(model)
 
     def inputs(self, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
         """The token ids of each pair, special tokens included."""
@@ -43,9 +44,9 @@ class CrossEncoderReranker:
         return [list(ids) for ids in encoded["input_ids"]]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The head's logit (through a sigmoid with ``sigmoid: true``)."""
-        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0]
-        return torch.sigmoid(logits.float()) if self.spec.get("sigmoid") else logits
+        """The head's float32 logit (through a sigmoid with ``sigmoid: true``)."""
+        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+        return torch.sigmoid(logits) if self.spec.get("sigmoid") else logits
 
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         def scored(inputs: Sequence[list[int]]) -> np.ndarray:

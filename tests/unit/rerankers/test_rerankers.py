@@ -81,6 +81,65 @@ def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length, monkeypatch)
     assert np.unique(np.round(ours, 5)).size > len(pairs) // 2
 
 
+def _llm_spec(decoder: Path, max_length: int = 48) -> dict:
+    return {"family": "llm", "checkpoint": str(decoder), "max_length": max_length, "prompt": llm.DEFAULT_PROMPT,
+            "query_instruction": "A: ", "passage_instruction": "B: "}  # fmt: skip
+
+
+def _loaded(family: str, folder: Path, dtype: str):
+    if family == "cross-encoder":
+        return cross_encoder.load(_ce_spec(folder), device="cpu", dtype=dtype)
+    return llm.load(_llm_spec(folder), device="cpu", dtype=dtype)
+
+
+def test_the_llm_reranker_computes_one_logit_per_pair_not_the_vocabulary(decoder) -> None:
+    """The output head is never applied over the positions (bge-reranker-v2-gemma's 256,000-token
+    vocabulary at 64 pairs of ~1,060 tokens would be ~32 GiB of logits a batch): only the row of "Yes"
+    meets each pair's last hidden state, and the scores are those of the model's full logits."""
+    reranker = llm.load(_llm_spec(decoder), device="cpu")
+    head = reranker.model.get_output_embeddings()
+    calls: list[tuple[int, ...]] = []
+    hook = head.register_forward_hook(lambda module, args, out: calls.append(tuple(out.shape)))
+    pairs = _pairs()[:20]
+    try:
+        ours = reranker.score(pairs, batch_size=8)
+    finally:
+        hook.remove()
+    assert calls == []
+    with torch.inference_mode():  # the model's own forward, one pair at a time: its logits at the last token
+        full = [
+            float(reranker.model(input_ids=torch.tensor([ids])).logits[0, -1, reranker.yes_id])
+            for ids in reranker.inputs(pairs)
+        ]
+    np.testing.assert_allclose(ours, full, atol=TOL, rtol=TOL)  # float32, batches of 8 against one pair alone
+
+
+@pytest.mark.parametrize("family", ["cross-encoder", "llm"])
+def test_half_precision_models_give_float32_scores(family, classifier, decoder) -> None:
+    """In bfloat16 the model's body runs in bfloat16 but the score comes from a float32 head: scores are
+    not rounded to bfloat16's 8 significant bits (which would tie close scores in a top 10). Against
+    FlagEmbedding run as it runs on a GPU with ``use_fp16`` (``model.half()``, float16 logits
+    upcast after; its reranker/encoder_only/base.py and decoder_only/base.py), ours in float16 differ
+    by about the float16 rounding of its scores (measured: 2.0e-3 and 6.2e-3 of scores up to 7.1;
+    float32 against float16 bodies differ by 0.04 and 0.29)."""
+    flag_embedding = pytest.importorskip("FlagEmbedding")
+    folder = classifier if family == "cross-encoder" else decoder
+    pairs = _pairs()
+    bf16 = _loaded(family, folder, "bfloat16").score(pairs, batch_size=4)
+    representable = torch.from_numpy(bf16).to(torch.bfloat16).double().numpy()
+    assert (bf16 != representable).mean() > 0.9, "scores rounded to bfloat16"
+    if family == "cross-encoder":
+        flag = flag_embedding.FlagReranker(str(folder), use_fp16=False, devices="cpu", max_length=512)
+        kwargs: dict = {"normalize": False}
+    else:
+        flag = flag_embedding.FlagLLMReranker(str(folder), use_fp16=False, use_bf16=False, devices="cpu", max_length=48)
+        kwargs = {}
+    flag.model.half()  # what use_fp16 does on a GPU (FlagEmbedding turns it off on the CPU)
+    theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4, **kwargs))
+    ours = _loaded(family, folder, "float16").score(pairs, batch_size=4)
+    np.testing.assert_allclose(ours, theirs, atol=0.02)
+
+
 def test_a_checkpoint_without_a_classification_head_is_refused(tiny_checkpoints) -> None:
     with pytest.raises(InputError, match="not a cross-encoder: its architectures .* have no sequence-classification"):
         cross_encoder.load(_ce_spec(tiny_checkpoints("xlm-r")), device="cpu")
