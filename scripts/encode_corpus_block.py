@@ -3,6 +3,7 @@ import sys
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
 from miracl_eval.jobs.preload import Call, plain
+from miracl_eval.jobs.requests import tokenizer_workers
 from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -30,7 +31,7 @@ run_stage(
                 dtype=p.dtype,
                 dense_dtype=p.dense_dtype,
                 token_budget=enc["token_budget"],
-                tokenizer_workers=enc["tokenizer_workers"] if sm.resources.get("gpu", 0) else 1,
+                tokenizer_workers=tokenizer_workers(sm.threads, gpu=bool(sm.resources.get("gpu", 0))),
             )
         ),
     ),

@@ -43,6 +43,8 @@ UNITS = (
     "passages", "queries", "searched", "run_rows", "pairs", "index_mb", "gflop", "heap_mb", "checkpoint_mb",
     "input_mb", "read_mb", "model_pairs",
 )  # fmt: skip
+#: CPUs a GPU encoding job needs beside its tokenizer threads: the model's thread and the writer's
+ENCODE_EXTRA_THREADS = 2
 MEM_MARGIN = 1.3
 TIME_MARGIN = 3.0
 MB = 1 << 20
@@ -449,3 +451,16 @@ def checkpoint_mb(checkpoint: str) -> float:
 
     size = path_mb(Path(HF_HUB_CACHE) / f"models--{checkpoint.replace('/', '--')}" / "blobs")
     return size if size > 0 else DEFAULT_CHECKPOINT_MB
+
+
+def encode_threads(tokenizer_workers: int, gpu: bool, cpu_threads: int) -> int:
+    """The CPUs an encoding job asks for: on a GPU, ``encoder.tokenizer_workers`` and the model's and
+    the writer's threads; on the CPU, the configured ``threads`` (torch's)."""
+    return tokenizer_workers + ENCODE_EXTRA_THREADS if gpu else cpu_threads
+
+
+def tokenizer_workers(job_threads: int, gpu: bool) -> int:
+    """The tokenizer threads of an encoding job with ``job_threads`` CPUs: on a GPU all but the model's
+    and the writer's (the inverse of :func:`encode_threads`, so that a cap on the job's threads, from
+    ``--cores``, ``--set-threads`` or a profile, caps its workers too); on the CPU one, beside torch's."""
+    return max(1, job_threads - ENCODE_EXTRA_THREADS) if gpu else 1

@@ -155,3 +155,19 @@ def test_time_requests_include_reading_what_the_job_reads(name: str, job: costs.
     read_min = read_bytes / MB / costs.READ_MB_PER_S / 60
     assert request.runtime >= read_min * costs.TIME_MARGIN
     assert costs.units(name, job, _settings())[1]["read_mb"] == pytest.approx(read_bytes / MB, rel=0.01)
+
+
+def test_the_shipped_config_feeds_a_gpu_from_one_setting() -> None:
+    """config.yaml as shipped (not only scale.yaml) gives a GPU encoding job 6 tokenizer threads (about
+    1,400 passages/s each: an H200's pace) and asks for their CPUs plus the model's and the writer's;
+    the job's threads, capped by --cores or a profile, cap its workers the same way."""
+    cfg = validate(yaml.safe_load((REPO / "config.yaml").read_text()))
+    workers = cfg["encoder"]["tokenizer_workers"]
+    assert workers == 6 and "tokenizer_workers" not in SCALE.get("encoder", {})
+    threads = costs.encode_threads(workers, gpu=True, cpu_threads=cfg["threads"])
+    assert threads == 8 and costs.tokenizer_workers(threads, gpu=True) == workers
+    assert costs.tokenizer_workers(4, gpu=True) == 2  # snakemake --cores 4 gives the job 4 CPUs
+    assert costs.tokenizer_workers(1, gpu=True) == 1
+    # on the CPU the job asks for `threads` (torch's) and tokenizes with one thread beside them
+    assert costs.encode_threads(workers, gpu=False, cpu_threads=3) == 3
+    assert costs.tokenizer_workers(3, gpu=False) == 1
