@@ -5,7 +5,8 @@
 # FlagEmbedding, and a bge-reranker-v2-m3-shaped cross-encoder beside FlagReranker, every child pinned to
 # the CPUs a SLURM job would have. Every figure goes to $OUT.
 #   on the device tool:  bash benchmarks/device_session.sh        (carry: [".whl"], from fetch_wheels.sh)
-#   the dry run here, with the image's package set only (what the machine has, plus .whl's wheels):
+#   the dry run here, with the image's package set only (what the machine has, plus .whl's wheels), which
+#   also checks that the tree and .whl stay under 48 MiB (benchmarks/carry_size.py; the tool's limit is 64):
 #     DEVICE=cpu CONFIG=tiny N=200 ROUNDS=1 IMAGE_CHECK=1 TOKENIZER=<folder> bash benchmarks/device_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -25,11 +26,12 @@ if [ -n "${IMAGE_CHECK:-}" ]; then  # import only what the device image has, and
   export MIRACL_EVAL_CARRIED
   export PYTHONPATH="$PWD/benchmarks/image${PYTHONPATH:+:$PYTHONPATH}"
 fi
+if [ -n "${IMAGE_CHECK:-}" ]; then  # the dry run here: what a device call with this carry would take
+  "$PY" benchmarks/carry_size.py --limit-mib "${CARRY_LIMIT_MIB:-48}" "$WHEELS" | tee "$OUT/carry_size.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+fi
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
   wheels=("$WHEELS"/*.whl)
-  if "$PY" -c 'import sys, pyarrow; sys.exit(int(pyarrow.__version__.split(".")[0]) < 24)' 2>/dev/null; then
-    mapfile -t wheels < <(printf '%s\n' "${wheels[@]}" | grep -v '/pyarrow-')  # the machine's pyarrow will do
-  fi
   site=$(mktemp -d)
   "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${wheels[@]}" || exit 1
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"

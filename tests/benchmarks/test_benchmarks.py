@@ -57,6 +57,48 @@ def test_the_device_session_runs_with_the_image_packages_only(tmp_path, me5_smal
     assert (out / "summary.txt").read_text().strip() == (
         "gpu_checks exit 0, host_speed exit 0, encode_speed exit 0, reranker_speed exit 0"
     )
+    carried = (out / "carry_size.txt").read_text()
+    assert re.search(r"carried in all: [\d.]+ MiB, within the limit of 48 MiB", carried), carried
+
+
+def _names(path: Path) -> set[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {
+        line.split("==")[0].strip().lower().replace("_", "-")
+        for line in lines
+        if line.strip() and not line.startswith("#")
+    }
+
+
+def test_the_device_session_carries_only_what_the_image_lacks() -> None:
+    """Every carried wheel is of a package the device image does not have (benchmarks/image/packages.txt,
+    from the device tool's KINDS.md): pyarrow, on the image, was 52.5 MiB of a 64 MiB carry."""
+    image = _names(REPO / "benchmarks" / "image" / "packages.txt")
+    carried = _names(REPO / "benchmarks" / "image" / "carried.txt")
+    assert "pyarrow" in image and "flagembedding" in carried and "jsonschema" in carried
+    assert not carried & image, carried & image
+
+
+@pytest.mark.parametrize("carried_mib, ok", [(10, True), (50, False)])
+def test_carry_size_counts_the_tree_and_the_carried_folders(tmp_path: Path, carried_mib: int, ok: bool) -> None:
+    """A repository of 1 MiB tracked, 1 MiB untracked, 5 MiB ignored (not carried) and a carried .whl."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / ".gitignore").write_text("/.whl/\n/big\n")
+    for name, mib in (("tracked", 1), ("untracked", 1), ("big", 5), (".whl/wheel.whl", carried_mib)):
+        (repo / name).parent.mkdir(exist_ok=True)
+        with open(repo / name, "wb") as fh:
+            fh.truncate(mib << 20)
+    subprocess.run(["git", "add", "tracked", ".gitignore"], cwd=repo, check=True)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/carry_size.py", "--repo", str(repo), ".whl"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == (0 if ok else 1), proc.stdout + proc.stderr
+    assert "working tree 2.0 MiB" in proc.stdout and f"carried .whl: {carried_mib}.0 MiB" in proc.stdout
+    verdict = "within" if ok else "OVER"
+    assert f"carried in all: {carried_mib + 2}.0 MiB, {verdict} the limit of 48 MiB" in proc.stdout
 
 
 def test_the_image_check_refuses_what_the_image_lacks(tmp_path):
