@@ -34,10 +34,10 @@ import torch.nn.functional as F
 
 from miracl_eval.encoders.base import (
     DENSE,
-    HostSettings,
     SPARSE,
     Batch,
     Checkpoint,
+    HostSettings,
     Role,
     TransformerEncoder,
     chunk_rows,

@@ -43,7 +43,7 @@ class LlmReranker:
         bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
         self.prefix = [bos] if bos is not None and bos != pad else []
         self.decoder = getattr(model, "base_model", model)
-        head = model.get_output_embeddings()
+        head = model.get_output_embeddings()  # type: ignore[operator]  # a transformers model's method
         if not isinstance(head, torch.nn.Linear) or self.decoder is model:
             raise TypeError(f"{type(model).__name__} has no decoder and linear output head to read 'Yes' from")
         self.yes_weight = head.weight[self.yes_id].detach().float().clone()  # [hidden]
