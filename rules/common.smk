@@ -53,7 +53,9 @@ GPU_FAISS = int(GPU and DENSE_INDEX["gpu"] and gpu_faiss_installed())
 # writer's; on the CPU, the configured threads (Snakemake sets the job's OMP_NUM_THREADS to them,
 # which torch follows), so that on a small machine two short encoding jobs share the cores rather
 # than queue for all of them.
-ENCODE_THREADS = requests.encode_threads(ENC["tokenizer_workers"], GPU, config["threads"])
+ENCODE_THREADS = requests.encode_threads(
+    ENC["tokenizer_workers"], GPU, config["threads"]
+)
 
 #: the table rows (bm25, {model}/{method}, hybrids), in the config's order; labels are also paths
 SYSTEMS = systems(config)

@@ -171,6 +171,41 @@ def planned_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
     return jobs
 
 
+#: The largest float32 difference of our outputs between batch shapes (1 to 64 rows, token budgets of 64
+#: to 32,768 padded tokens, 1 and 2 torch threads: the order of the matrix products' sums), measured on
+#: the tests' tiny checkpoints by benchmarks/batch_shape_bounds.py (2026-12-03, torch 2.13 on this
+#: project's 2-core CPU), times ten: the tolerance of every comparison with an oracle that batches its own
+#: way (FlagEmbedding, sentence-transformers), or with ourselves batched otherwise. Scores: absolute and
+#: relative (``assert_allclose(atol=t, rtol=t)``). A tolerance below these flakes: 1e-5 did for the
+#: cross-encoder (a CI run, 1 of 387 scores off by 1.1e-5).
+BATCH_TOL = {
+    "bge-m3 dense": 3e-6,  # measured 3.0e-7
+    "bge-m3 sparse": 3e-5,  # 2.5e-6, a lexical weight
+    "bge-m3 colbert": 2e-5,  # 1.3e-6, a token vector's component
+    "bge-m3 scores": 1e-5,  # pair scores: lexical 7.2e-7, multi-vector 2.4e-7
+    "dense": 2e-6,  # mean-pooled XLM-R 1.1e-7, last-token decoder 1.9e-7
+    "splade": 3e-4,  # 2.1e-5, a max-pooled vocabulary logit
+    "cross-encoder": 2e-4,  # 3.5e-5; 1.4e-5 relative to max(1, |score|)
+    "llm": 2e-5,  # 6.0e-6; 1.8e-6 relative
+}
+
+
+def assert_same_weights(
+    tokens: Sequence[int],
+    weights: Sequence[float],
+    want_tokens: Sequence[int],
+    want_weights: Sequence[float],
+    tol: float,
+) -> None:
+    """Two lexical weight lists agree to ``tol``: the weights of shared tokens, and a token in one list only
+    has a weight within ``tol`` of 0 (a ReLU of a value near 0 falls either side between batch shapes)."""
+    got = dict(zip((int(t) for t in tokens), (float(w) for w in weights), strict=True))
+    want = dict(zip((int(t) for t in want_tokens), (float(w) for w in want_weights), strict=True))
+    worst = max((abs(got.get(t, 0.0) - want.get(t, 0.0)) for t in got.keys() | want.keys()), default=0.0)
+    assert worst <= tol, f"lexical weights differ by {worst:.2e} > {tol:.0e}"
+    assert len(got.keys() & want.keys()) >= 0.9 * max(len(got), len(want)), "the weight lists hardly overlap"
+
+
 #: one language per analysis path: English default, Lucene language analyzers (ar, zh), Anserini's
 #: whitespace mapping (sw), pretokenized (yo) and Thai. `make run` covers all 18 languages.
 BM25_LANGS = ["ar", "en", "sw", "th", "yo", "zh"]

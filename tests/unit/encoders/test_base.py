@@ -10,7 +10,7 @@ from miracl_eval.encoders import base
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.jobs import devices
-from tests.helpers import copy_checkpoint, sample_passages, sample_queries
+from tests.helpers import BATCH_TOL, copy_checkpoint, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FAMILY_OF_KIND = {"bge-m3": "bge-m3", "xlm-r": "dense", "bert": "dense", "decoder": "dense", "mlm": "splade"}
@@ -126,7 +126,7 @@ def test_large_inputs_are_encoded_in_chunks(tiny_checkpoints, monkeypatch):
     monkeypatch.setattr(base.TransformerEncoder, "pad", counting)
     chunked = enc.encode(texts, "passage", batch_size=3)
     assert sizes == [7] * (len(texts) // 7) + ([len(texts) % 7] if len(texts) % 7 else [])
-    np.testing.assert_allclose(chunked.dense, whole.dense, atol=1e-6)  # type: ignore[arg-type]
+    np.testing.assert_allclose(chunked.dense, whole.dense, atol=BATCH_TOL["dense"])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a single string"):
         enc.encode("one text", "query", 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="role"):

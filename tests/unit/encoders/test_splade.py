@@ -8,10 +8,10 @@ import torch
 
 from miracl_eval.encoders import splade
 from miracl_eval.encoders.registry import get_family
-from tests.helpers import sample_passages, sample_queries
+from tests.helpers import BATCH_TOL, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-TOL = 1e-5
+TOL = BATCH_TOL["splade"]  # a max-pooled logit moves by up to 2.1e-5 with the batch's shape
 
 
 def _load(folder, dtype: str = "float32") -> splade.SpladeEncoder:

@@ -11,10 +11,9 @@ import torch
 
 from miracl_eval.errors import InputError
 from miracl_eval.rerankers import base, cross_encoder, llm
-from tests.helpers import sample_passages, sample_queries
+from tests.helpers import BATCH_TOL, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,8 @@ def test_cross_encoder_equals_flag_reranker(classifier, max_length, monkeypatch)
     ours = cross_encoder.load(_ce_spec(classifier, max_length), device="cpu").score(pairs, batch_size=5)
     flag = flag_embedding.FlagReranker(str(classifier), use_fp16=False, devices="cpu", max_length=max_length)
     theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4, normalize=False))
-    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    tol = BATCH_TOL["cross-encoder"]
+    np.testing.assert_allclose(ours, theirs, atol=tol, rtol=tol)  # float32 in other batches
     assert np.unique(np.round(ours, 5)).size > len(pairs) // 2  # the scores do not tie
     if max_length == 40:  # truncation at work: the passage is cut, never the query
         ce = cross_encoder.load(_ce_spec(classifier, max_length), device="cpu")
@@ -59,7 +59,8 @@ def test_cross_encoder_equals_sentence_transformers_and_its_sigmoid(classifier) 
     ours = cross_encoder.load(_ce_spec(classifier), device="cpu").score(pairs, batch_size=3)
     model = st.CrossEncoder(str(classifier), device="cpu", max_length=512)
     theirs = model.predict(pairs, batch_size=4, activation_fn=torch.nn.Identity())
-    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    tol = BATCH_TOL["cross-encoder"]
+    np.testing.assert_allclose(ours, theirs, atol=tol, rtol=tol)  # float32 in other batches
     squashed = cross_encoder.load(_ce_spec(classifier, sigmoid=True), device="cpu").score(pairs, batch_size=3)
     np.testing.assert_allclose(squashed, 1 / (1 + np.exp(-ours)), atol=1e-6)
     assert (np.argsort(squashed) == np.argsort(ours)).all()
@@ -77,7 +78,7 @@ def test_llm_reranker_equals_flag_llm_reranker(decoder, max_length, monkeypatch)
         str(decoder), use_fp16=False, use_bf16=False, devices="cpu", max_length=max_length
     )
     theirs = np.asarray(flag.compute_score([list(p) for p in pairs], batch_size=4))
-    np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)  # float32 in other batches
+    np.testing.assert_allclose(ours, theirs, atol=BATCH_TOL["llm"], rtol=BATCH_TOL["llm"])  # float32 in other batches
     assert np.unique(np.round(ours, 5)).size > len(pairs) // 2
 
 
@@ -111,7 +112,7 @@ def test_the_llm_reranker_computes_one_logit_per_pair_not_the_vocabulary(decoder
             float(reranker.model(input_ids=torch.tensor([ids])).logits[0, -1, reranker.yes_id])
             for ids in reranker.inputs(pairs)
         ]
-    np.testing.assert_allclose(ours, full, atol=TOL, rtol=TOL)  # float32, batches of 8 against one pair alone
+    np.testing.assert_allclose(ours, full, atol=BATCH_TOL["llm"], rtol=BATCH_TOL["llm"])  # batches of 8, one alone
 
 
 @pytest.mark.parametrize("family", ["cross-encoder", "llm"])
