@@ -90,6 +90,8 @@ PATHS = {
     # a block's manifest: written when every shard of the block is encoded (rules/encode.smk)
     "encoded_block": "resources/{dataset}/encoded/{model}/corpus/{corpus}/blocks/{block}.json",
     "encoded_queries": "resources/{dataset}/encoded/{model}/queries/{part}/{kind}.parquet",
+    # an API model's cost plan: every encoding job of the model waits on it (rules/encode.smk)
+    "api_plan": "resources/{dataset}/encoded/{model}/cost_plan.json",
     "dense_index": "resources/{dataset}/indexes/{corpus}/{model}/dense.faiss",
     # an exact search block's candidates for every partition of its corpus (rules/dense.smk)
     "dense_block": "resources/{dataset}/search/{model}/{corpus}/dense/{block}.parquet",
@@ -217,8 +219,11 @@ def _loaded_from(given):
 
 
 def checkpoint_folder(model):
-    """Where a model's jobs load it from."""
-    return _loaded_from(MODELS[model]["checkpoint"])
+    """Where a model's jobs load it from (an API's model: its name at the API)."""
+    spec = MODELS[model]
+    if FAMILIES[spec["family"]].remote:
+        return spec["checkpoint"]
+    return _loaded_from(spec["checkpoint"])
 
 
 def reranker_folder(reranker):
@@ -250,9 +255,14 @@ def mteb_rows():
 #: the hub checkpoints that the used models and rerankers name, by the folder they are fetched into
 HUB_MODELS = {
     hub_folder_name(spec["checkpoint"]): spec["checkpoint"]
-    for spec in [*MODELS.values(), *RERANKERS.values()]
+    for spec in [
+        *(s for s in MODELS.values() if not FAMILIES[s["family"]].remote),
+        *RERANKERS.values(),
+    ]
     if _loaded_from(spec["checkpoint"]) != spec["checkpoint"]
 }
+#: the models behind an HTTP API (their jobs run on CPUs after a cost plan)
+API_MODELS = [m for m, s in MODELS.items() if FAMILIES[s["family"]].remote]
 
 
 def _folder_input(folder):
@@ -260,6 +270,15 @@ def _folder_input(folder):
     if folder.startswith(BUILT_CHECKPOINTS) or os.path.isdir(folder):
         return folder
     return []
+
+
+def api_plan_input(wildcards):
+    """An API model's cost plan, which its encoding jobs wait on."""
+    return {"plan": path("api_plan", dataset=wildcards.dataset, model=wildcards.model)}
+
+
+def no_input(wildcards):
+    return {}
 
 
 def model_input(wildcards):

@@ -6,19 +6,33 @@
 # of outputs among the used models. Multi-vector states are never stored (see rules/fusion.smk).
 # Throughput settings (batch_size, token_budget; tokenizer workers from the job's threads) are read
 # from the config by the script: they change no result, so they re-run no job.
+# A model behind an HTTP API (family openai) gets rules of its own: CPU jobs (requests in flight, no
+# model here, no GPU asked for), each waiting on the model's cost plan, which fails before any request
+# when the plan costs more than the model's max_usd.
 
-OUTPUT_SETS = sorted({FAMILIES[spec["family"]].outputs for spec in MODELS.values()})
+OUTPUT_SETS = sorted(
+    {
+        (FAMILIES[spec["family"]].outputs, FAMILIES[spec["family"]].remote)
+        for spec in MODELS.values()
+    }
+)
 
-for kinds in OUTPUT_SETS:
-    suffix = "_".join(kinds)
+for kinds, remote in OUTPUT_SETS:
+    suffix = ("api_" if remote else "") + "_".join(kinds)
     with_kinds = _alternatives(
-        [m for m, s in MODELS.items() if FAMILIES[s["family"]].outputs == kinds]
+        [
+            m
+            for m, s in MODELS.items()
+            if (FAMILIES[s["family"]].outputs, FAMILIES[s["family"]].remote)
+            == (kinds, remote)
+        ]
     )
 
     rule:
         name:
             f"encode_corpus_{suffix}"
         input:
+            unpack(api_plan_input if remote else no_input),
             corpus=PATHS["corpus"],
             model=model_input,
         output:
@@ -31,10 +45,10 @@ for kinds in OUTPUT_SETS:
             model=with_kinds,
         conda:
             "../envs/encode.yaml"
-        threads: ENCODE_THREADS
+        threads: 1 if remote else ENCODE_THREADS
         resources:
-            **request("encode_corpus"),
-            gpu=GPU,
+            **request("encode_api" if remote else "encode_corpus"),
+            gpu=0 if remote else GPU,
         params:
             spec=encoder_spec("passage"),
             shard_size=ENC["shard_size"],
@@ -51,6 +65,7 @@ for kinds in OUTPUT_SETS:
         name:
             f"encode_queries_{suffix}"
         input:
+            unpack(api_plan_input if remote else no_input),
             queries=PATHS["queries"],
             model=model_input,
         output:
@@ -63,13 +78,41 @@ for kinds in OUTPUT_SETS:
             model=with_kinds,
         conda:
             "../envs/encode.yaml"
-        threads: ENCODE_THREADS
+        threads: 1 if remote else ENCODE_THREADS
         resources:
-            **request("encode_queries"),
-            gpu=GPU,
+            **request("encode_api" if remote else "encode_queries"),
+            gpu=0 if remote else GPU,
         params:
             spec=encoder_spec("query"),
             device=ENC["device"],
             dtype=ENC["dtype"],
         script:
             "../scripts/encode_queries.py"
+
+
+if API_MODELS:
+
+    rule api_cost_plan:
+        input:
+            corpora=lambda wc: expand(
+                PATHS["corpus"], dataset=wc.dataset, corpus=CORPORA
+            ),
+            queries=lambda wc: expand(PATHS["queries"], dataset=wc.dataset, part=PARTS),
+            tokenizer=lambda wc: _folder_input(MODELS[wc.model]["tokenizer"] or ""),
+        output:
+            PATHS["api_plan"],
+        log:
+            log_path("api_cost_plan/{model}"),
+        benchmark:
+            benchmark_path("api_cost_plan/{model}")
+        wildcard_constraints:
+            model=_alternatives(API_MODELS),
+        threads: 1
+        resources:
+            **request("api_cost_plan"),
+        params:
+            spec=lambda wc: MODELS[wc.model],
+            corpora=CORPORA,
+            parts=PARTS,
+        script:
+            "../scripts/api_cost_plan.py"

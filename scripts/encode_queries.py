@@ -2,6 +2,7 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
+from miracl_eval.encoders.registry import throughput_settings
 from miracl_eval.jobs.preload import Call, plain
 from miracl_eval.jobs.requests import tokenizer_workers
 from miracl_eval.jobs.runner import run_stage
@@ -21,6 +22,7 @@ run_stage(
                 dtype=p.dtype,
                 token_budget=enc["token_budget"],
                 tokenizer_workers=tokenizer_workers(sm.threads, gpu=bool(sm.resources.get("gpu", 0))),
+                settings=throughput_settings(sm.config["models"][sm.wildcards.model]),
             )
         ),
     ),

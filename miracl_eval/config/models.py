@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from miracl_eval.config.schema_tools import coerce_strings, first_error
-from miracl_eval.encoders.checkpoints import check_checkpoint
+from miracl_eval.encoders.checkpoints import check_checkpoint, insecure_url
 from miracl_eval.encoders.registry import FAMILIES
 from miracl_eval.errors import ConfigError, InputError
 
@@ -91,6 +91,12 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     key = f"models.{name}"
     spec = preset_spec("models", name, given, presets(), FAMILIES)
     family = FAMILIES[spec["family"]]
+    if family.remote and "model" in spec:  # an API's model: its name at the API is the model's checkpoint
+        if "checkpoint" in spec and spec["checkpoint"] != spec["model"]:
+            raise ConfigError(f"{key}.model", "give the API's model name once, as `model`")
+        spec["checkpoint"] = spec.pop("model")
+    if family.remote and "checkpoint" not in spec:
+        raise ConfigError(f"{key}.model", "is required (the model's name at the API, e.g. text-embedding-3-large)")
     schema = family.schema()
     spec = coerce_strings(spec, schema)
     template = spec.get("query_template")
@@ -100,6 +106,14 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     if err is not None:
         raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
     spec = family.resolve({k: v for k, v in spec.items() if k != "family"}, key)
+    if family.remote:
+        if insecure_url(spec["base_url"]) and not spec["allow_insecure"]:
+            raise ConfigError(
+                f"{key}.base_url",
+                f"{spec['base_url']} is neither https:// nor a loopback address: the API key would travel in clear "
+                "(set allow_insecure: true to accept it)",
+            )
+        return spec
     folder = Path(spec["checkpoint"]).expanduser()
     if folder.is_dir() and not spec["checkpoint"].startswith(BUILT_CHECKPOINTS):
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -278,6 +278,24 @@ class TransformerEncoder:
                     f"{n} exceeds the model's limit of {self.max_length_limit} tokens ({self.path})",
                 )
         self._backends: dict[int, bool] = {}  # truncation length -> whether the backend's direct call matches
+
+    @property
+    def precision(self) -> str:
+        """The dtype the model runs in, as the encodings record it (``bfloat16``, ``float32``)."""
+        return dtype_name(self.dtype)
+
+    def encode_stream(
+        self,
+        chunks: Iterable[tuple[Any, Sequence[str]]],
+        role: Role,
+        kinds: Sequence[str],
+        settings: HostSettings,
+        timings: Any = None,
+    ) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """``(key, outputs)`` per ``(key, texts)`` chunk, in order (:func:`pipeline.encode_stream`)."""
+        from miracl_eval.encoders.pipeline import encode_stream
+
+        return encode_stream(self, chunks, role, kinds, settings, timings)
 
     # ---------------------------------------------------------------- what a family says
 

@@ -91,3 +91,13 @@ def check_checkpoint(path: Path) -> None:
         raise InputError(
             path, f"missing the tokenizer: {_TOKENIZER_FILES[0]} (or {', '.join(_TOKENIZER_FILES[1:])}, vocab.json)"
         )
+
+
+def insecure_url(url: str) -> bool:
+    """Whether an API's ``url`` is neither ``https://`` nor a loopback address (a key would travel in clear)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return False
+    return not (parts.scheme == "http" and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"))

@@ -142,13 +142,26 @@ def _check_outputs(spec: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         )
 
 
-def _load_encoder(spec: Mapping[str, Any], outputs: Mapping[str, Any], device: str, dtype: str) -> TransformerEncoder:
-    """Check that ``outputs`` names exactly the family's output kinds, then load the encoder."""
+def _load_encoder(
+    spec: Mapping[str, Any], outputs: Mapping[str, Any], device: str, dtype: str, settings: Mapping[str, Any] | None
+) -> Any:
+    """Check that ``outputs`` names exactly the family's output kinds, then load the encoder (a
+    :class:`TransformerEncoder`, or an API's :class:`~miracl_eval.encoders.openai.ApiEncoder`) of ``spec``
+    and the ``settings`` that change no encoding (:func:`registry.throughput_settings`)."""
     _check_outputs(spec, outputs)
-    encoder = get_family(spec["family"]).load(spec, device=device, dtype=dtype)
-    assert isinstance(encoder, TransformerEncoder)
-    log.info("model %s on %s in %s", spec["checkpoint"], encoder.device, str(encoder.dtype).removeprefix("torch."))
+    encoder: Any = get_family(spec["family"]).load({**(settings or {}), **spec}, device=device, dtype=dtype)
+    if isinstance(encoder, TransformerEncoder):
+        log.info("model %s on %s in %s", spec["checkpoint"], encoder.device, encoder.precision)
+    else:
+        encoder.ensure_dim()
     return encoder
+
+
+def _precision(spec: Mapping[str, Any], device: str, dtype: str) -> str:
+    """What the model will run in: the resolved torch dtype (never ``auto``), or ``api`` for an API's model."""
+    if get_family(spec["family"]).remote:
+        return "api"
+    return base.dtype_name(base.resolve_dtype(dtype, base.resolve_device(device)))
 
 
 def _write_encoded(
@@ -172,7 +185,7 @@ def _write_encoded(
             schema = schemas.dense_schema(encoder.dim, dense_dtype, key=key)
         else:
             schema = schemas.SPARSE if key == "docid" else schemas.QUERY_SPARSE
-        stamp = {**(metadata or {}), MODEL_DTYPE_KEY: base.dtype_name(encoder.dtype).encode()}
+        stamp = {**(metadata or {}), MODEL_DTYPE_KEY: encoder.precision.encode()}
         kinds[kind] = (outputs[kind], schema.with_metadata(stamp))
     read = 0
 
@@ -191,7 +204,7 @@ def _write_encoded(
     started = time.perf_counter()
     timings = pipeline.Timings()
     with _AllOrNone(kinds) as out, _progress(total, desc) as bar:
-        for ids, encoded in pipeline.encode_stream(encoder, chunks(), role, encoder.outputs, host, timings):
+        for ids, encoded in encoder.encode_stream(chunks(), role, encoder.outputs, host, timings):
             for kind, writer in out.writers.items():
                 if kind == DENSE:
                     assert encoder.dim is not None
@@ -208,11 +221,14 @@ def _write_encoded(
             bar.update(len(ids))
     seconds = time.perf_counter() - started
     busy = timings.per_text_ms()
-    log.info(
-        "%s: %d texts in %d batches; busy per text: tokenize %.3f ms (on %d thread(s)), plan %.3f ms, "
-        "model %.3f ms, assemble and write %.3f ms",
-        desc, rows, timings.batches, busy["tokenize"], host.workers, busy["plan"], busy["model"], busy["caller"],
-    )  # fmt: skip
+    if isinstance(encoder, TransformerEncoder):
+        log.info(
+            "%s: %d texts in %d batches; busy per text: tokenize %.3f ms (on %d thread(s)), plan %.3f ms, "
+            "model %.3f ms, assemble and write %.3f ms",
+            desc, rows, timings.batches, busy["tokenize"], host.workers, busy["plan"], busy["model"], busy["caller"],
+        )  # fmt: skip
+    else:
+        encoder.log_usage()
     return {
         "rows": rows,
         "dim": encoder.dim,
@@ -281,6 +297,7 @@ def encode_corpus_shard(
     dense_dtype: str = "float32",
     token_budget: int | None = None,
     tokenizer_workers: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Encode rows ``[shard * shard_size, (shard + 1) * shard_size)`` of a corpus Parquet file.
 
@@ -296,7 +313,7 @@ def encode_corpus_shard(
     """
     _check_dense_dtype(dense_dtype)
     _shard_rows(corpus_parquet, shard, shard_size)
-    encoder = _load_encoder(spec, outputs, device, dtype)
+    encoder = _load_encoder(spec, outputs, device, dtype, settings)
     host = base.host_settings(batch_size, token_budget, tokenizer_workers)
     return _encode_shard(encoder, corpus_parquet, shard, shard_size, outputs, spec, host, dense_dtype)
 
@@ -314,6 +331,7 @@ def encode_corpus_block(
     dense_dtype: str = "float32",
     token_budget: int | None = None,
     tokenizer_workers: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Encode the shards of ``block`` (``00010-00019``, :mod:`blocks`) that are not done yet, loading
     the model once (and only when some shard needs it); then write the block's ``manifest``.
@@ -331,7 +349,7 @@ def encode_corpus_block(
     if block_range.stop - 1 > last:
         raise ValueError(f"block {block} is out of range: {corpus_parquet} has shards 0 to {last} of {shard_size}")
     # the dtype the model will run in, not the setting: 'auto' is float32 on the CPU, bfloat16 on an H200
-    used = base.dtype_name(base.resolve_dtype(dtype, base.resolve_device(device)))
+    used = _precision(spec, device, dtype)
     mark = blocks.fingerprint(spec, used, dense_dtype, shard_size)
     checkpoint = spec["checkpoint"]
     not_before = blocks.newest_mtime([corpus_parquet, *([checkpoint] if Path(checkpoint).exists() else [])])
@@ -347,8 +365,8 @@ def encode_corpus_block(
             done.append({"shard": shard, "rows": stop - start, "files": files, "encoded": False})
             continue
         if encoder is None:
-            encoder = _load_encoder(spec, shard_files, device, dtype)
-            if base.dtype_name(encoder.dtype) != used:  # pragma: no cover - resolve_dtype decides both
+            encoder = _load_encoder(spec, shard_files, device, dtype, settings)
+            if encoder.precision != used:  # pragma: no cover - resolve_dtype decides both
                 raise AssertionError(f"the model runs in {encoder.dtype}, the fingerprint says {used}")
         stats = _encode_shard(
             encoder,
@@ -375,6 +393,11 @@ def encode_corpus_block(
         "device": str(encoder.device) if encoder is not None else None,
         "seconds": round(time.perf_counter() - started, 3),
     }
+    if encoder is not None and not isinstance(encoder, TransformerEncoder):  # an API's: what it cost
+        usage = encoder.usage
+        price = float((settings or {}).get("price_per_million_tokens") or 0)
+        facts["api"] = {"requests": usage.requests, "inputs": usage.inputs, "cut": usage.cut, "tokens": usage.tokens,
+                        "usd": round(usage.usd(price), 6)}  # fmt: skip
     blocks.write_manifest(manifest, block, done, **facts)
     encoded = sum(s["rows"] for s in done if s["encoded"])
     return {
@@ -405,6 +428,7 @@ def encode_queries(
     dtype: str = "auto",
     token_budget: int | None = None,
     tokenizer_workers: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Encode a queries Parquet file (``qid``, ``query``) as :func:`encode_corpus_shard` does a shard.
 
@@ -412,7 +436,7 @@ def encode_queries(
     :data:`schemas.QUERY_SPARSE`. Returns ``{"rows", "dim", "seconds", "passages_per_s"}``.
     """
     n_rows = schemas.count_rows(queries_parquet)
-    encoder = _load_encoder(spec, outputs, device, dtype)
+    encoder = _load_encoder(spec, outputs, device, dtype, settings)
     host = base.host_settings(batch_size, token_budget, tokenizer_workers)
     batches = _iter_rows(queries_parquet, ["qid", "query"], 0, n_rows, host.window)
     return _write_encoded(

@@ -104,6 +104,10 @@ class Family:
     common_defaults: Mapping[str, Any] = field(default_factory=dict)
     #: settings read only after encoding (indexing, fusion): changing them never re-encodes
     retrieval_settings: tuple[str, ...] = ()
+    #: settings that change how (fast, at what cost) the texts are encoded, not the encodings
+    throughput_settings: tuple[str, ...] = ()
+    #: whether its models run behind an HTTP API (no torch, no GPU: the jobs run on CPUs)
+    remote: bool = False
 
     def properties(self) -> dict[str, Any]:
         """Every setting's JSON-schema property: the common ones (with this family's defaults) and its own."""
@@ -250,6 +254,99 @@ FAMILIES: Mapping[str, Family] = {
         },
         module="miracl_eval.encoders.dense",
     ),
+    "openai": Family(
+        name="openai",
+        methods=("dense",),
+        outputs=("dense",),
+        settings={
+            "base_url": {
+                "type": "string",
+                "pattern": "^https?://",
+                "default": "https://api.openai.com/v1",
+                "description": (
+                    "the API's base URL (OpenAI's, or an OpenAI-compatible server's: vLLM, TEI, infinity, Ollama, "
+                    "LiteLLM); https:// or a loopback address unless allow_insecure"
+                ),
+            },
+            "api_key_env": {
+                "type": "string",
+                "minLength": 1,
+                "default": "OPENAI_API_KEY",
+                "description": "the environment variable holding the API key (read by the jobs, written nowhere)",
+            },
+            "allow_insecure": {
+                "type": "boolean",
+                "default": False,
+                "description": "accept a base_url that is neither https:// nor loopback (the key travels in clear)",
+            },
+            "dimensions": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "default": None,
+                "description": "passed to the API (text-embedding-3's shortened vectors); null: the model's own",
+            },
+            "query_prefix": {"type": "string", "default": "", "description": "prepended to every query"},
+            "passage_prefix": {"type": "string", "default": "", "description": "prepended to every passage"},
+            "tokenizer": {
+                "type": ["string", "null"],
+                "default": None,
+                "description": (
+                    "what counts and cuts inputs to the max lengths: tiktoken:ENCODING or a Hugging Face tokenizer "
+                    "(folder or hub id); null: tiktoken's for OpenAI's models, else nothing is counted or cut"
+                ),
+            },
+            "inputs_per_request": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 2048,
+                "default": 256,
+                "description": "texts per request at most (OpenAI's limit: 2,048)",
+            },
+            "tokens_per_request": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 300000,
+                "description": "tokens summed over a request's texts at most (OpenAI's limit: 300,000)",
+            },
+            "concurrency": {"type": "integer", "minimum": 1, "default": 8, "description": "requests in flight"},
+            "max_retries": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 8,
+                "description": "retries of a request after a 429, a 5xx, a timeout or a dropped connection",
+            },
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "default": 120, "description": "seconds a request"},
+            "price_per_million_tokens": {
+                "type": "number",
+                "minimum": 0,
+                "default": 0,
+                "description": "US dollars per 1M input tokens (OpenAI's presets give theirs, with the source)",
+            },
+            "max_usd": {
+                "type": "number",
+                "minimum": 0,
+                "default": 0,
+                "description": (
+                    "the most the model's encodings may cost by the plan (tokens x price) before any request: a "
+                    "run whose plan is over it stops, naming both"
+                ),
+            },
+        },
+        module="miracl_eval.encoders.openai",
+        common_defaults={"query_max_length": 8192, "passage_max_length": 8192},
+        throughput_settings=(
+            "api_key_env",
+            "allow_insecure",
+            "inputs_per_request",
+            "tokens_per_request",
+            "concurrency",
+            "max_retries",
+            "timeout",
+            "price_per_million_tokens",
+            "max_usd",
+        ),  # fmt: skip
+        remote=True,
+    ),
     "splade": Family(
         name="splade",
         methods=("sparse",),
@@ -288,10 +385,17 @@ def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[
         k: None if k in read else v
         for k, v in spec.items()
         if k not in family.retrieval_settings
+        and k not in family.throughput_settings
         and k not in DESCRIPTIVE
         and k != FROM_CHECKPOINT_KEY
         and not any(k.startswith(p) for p in drop)
     }
+
+
+def throughput_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a resolved spec that changes how texts are encoded, not the encodings (an API's key
+    variable, concurrency, retries, price): what a job reads from the config, not from its params."""
+    return {k: spec[k] for k in get_family(spec["family"]).throughput_settings if k in spec}
 
 
 def get_family(name: str) -> Family:

@@ -134,6 +134,10 @@ COSTS: Mapping[str, Cost] = {
         seconds={"queries": 0.1},
         gpu_seconds={"queries": 0.002},
     ),
+    # an API model's encodings: requests in flight, no model here (about 500 passages/s a job at 8 requests
+    # of 256 texts in flight, each answered within 4 s); its plan tokenizes up to 200k passages a corpus
+    "encode_api": Cost(1000, 3, mem={"queries": 0.01}, seconds={"passages": 2e-3, "queries": 2e-3}),
+    "api_cost_plan": Cost(2000, 20),
     "dense_index:flat": Cost(2000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
     "dense_index:hnsw": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 5e-3}, parallel=True),
     "dense_index:ivfpq": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 2e-4, "gflop": 0.05}, parallel=True),

@@ -45,7 +45,7 @@ def test_shipped_configs_are_valid() -> None:
         (
             {"languages": ["sw"], "models": {"m": {"family": "sparse", "checkpoint": "x"}}},
             "models.m.family",
-            "unknown family 'sparse'; valid: bge-m3, dense, splade",
+            "unknown family 'sparse'; valid: bge-m3, dense, openai, splade",
         ),
         (
             {"languages": ["sw"], "models": {"m": {"family": "dense", "checkpoint": "x", "query_template": "Q: "}}},

@@ -22,7 +22,7 @@ def test_importing_the_registry_imports_neither_torch_nor_transformers():
 
 
 def test_families():
-    assert list(FAMILIES) == ["bge-m3", "dense", "splade"]
+    assert list(FAMILIES) == ["bge-m3", "dense", "openai", "splade"]
     assert FAMILIES["bge-m3"].methods == ("dense", "sparse", "multivec", "dense+sparse", "all")
     assert FAMILIES["bge-m3"].outputs == ("dense", "sparse")
     assert (FAMILIES["dense"].methods, FAMILIES["dense"].outputs) == (("dense",), ("dense",))
@@ -89,7 +89,7 @@ def test_resolve_errors_name_the_setting(family, settings, key, message):
 
 
 def test_unknown_family_and_mismatched_spec():
-    with pytest.raises(ConfigError, match="unknown model family 'colbert'; valid: bge-m3, dense, splade"):
+    with pytest.raises(ConfigError, match="unknown model family 'colbert'; valid: bge-m3, dense, openai, splade"):
         get_family("colbert")
     with pytest.raises(ValueError, match="'dense'"):
         get_family("splade").load(get_family("dense").resolve({"checkpoint": "c"}))

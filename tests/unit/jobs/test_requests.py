@@ -41,6 +41,8 @@ SAMPLE_JOBS = {
     "sparse_search": costs.Job(passages=24, queries=4),
     "encode_corpus": costs.Job(passages=24, checkpoint_mb=3),
     "encode_queries": costs.Job(queries=4, checkpoint_mb=3),
+    "encode_api": costs.Job(passages=24),
+    "api_cost_plan": costs.Job(),
     "dense_index": costs.Job(passages=24, dim=32),
     "dense_search": costs.Job(passages=24, queries=4, dim=32),
     "dense_block_search": costs.Job(passages=24, queries=4, dim=32),
