@@ -15,7 +15,7 @@ when the run's configuration matches the source's:
   settings as ``model.<setting>``, a hybrid's as ``hybrid.<setting>``, a reranker's as
   ``reranker.<setting>`` and a reranked row's first stage's facts as ``first_stage.<fact>``), e.g.
   ``model.weights.sparse=0.3``, ``model.pooling=mean``, ``bm25.tokenizer=lucene-analyzer`` or
-  ``first_stage.model=BAAI/bge-m3``.
+  ``first_stage.model=BAAI/bge-m3`` (``null``: a setting that is none, ``model.dimensions=null``).
 
 Each comparison carries a note (``notes.tsv`` beside the numbers; for a reranked row, its first stage).
 
@@ -200,7 +200,9 @@ def note_of(row: Row, label: str, notes: Mapping[tuple[str, str], str] | None = 
 
 
 def _same(ours: object, theirs: str) -> bool:
-    if ours is None or isinstance(ours, Mapping | list | tuple):
+    if ours is None:
+        return theirs == "null"  # a setting left at its default of none (``model.dimensions=null``)
+    if isinstance(ours, Mapping | list | tuple):
         return False
     if isinstance(ours, bool):
         return str(ours).lower() == theirs.lower()

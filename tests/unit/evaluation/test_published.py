@@ -278,6 +278,24 @@ def test_me5_large_rows_are_compared_only_with_that_checkpoint_and_settings() ->
     assert me5_rows(checkpoint="intfloat/multilingual-e5-base") == set()
 
 
+def test_openai_rows_are_compared_only_with_openais_own_full_size_model() -> None:
+    """BGE-M3 Table 1's OpenAI-3 mean and MessIRve's text-embedding-3-large: OpenAI's API, full dimension."""
+
+    def rows(dataset: str, languages: list[str], **settings: object) -> set[str]:
+        cfg = validate({"dataset": dataset, "languages": languages, "models": {"openai-3-large": settings},
+                        "methods": ["openai-3-large/dense"]})  # fmt: skip
+        ours = {"openai-3-large/dense": dict.fromkeys(languages, 0.5)}
+        split = "dev" if dataset == "miracl" else "test"
+        measure = "nDCG@10"
+        return {str(t["system"]) for t in published.side_by_side(ours, dataset, split, measure, cfg)}
+
+    assert rows("miracl", list(MIRACL_LANGUAGES)) == {"OpenAI-3 (text-embedding-3-large)"}
+    assert rows("messirve", ["full"]) == {"OpenAI text-embedding-3-large"}
+    assert rows("miracl", list(MIRACL_LANGUAGES), dimensions=256) == set()
+    assert rows("miracl", list(MIRACL_LANGUAGES), base_url="http://127.0.0.1:8000/v1") == set()  # a local server
+    assert rows("miracl", list(MIRACL_LANGUAGES), model="text-embedding-3-small") == set()
+
+
 def test_pyserini_hybrid_rows_need_bm25_first_and_its_interpolation() -> None:
     def hybrid_rows(systems: list[str], **settings: object) -> set[str]:
         cfg = validate(
