@@ -367,6 +367,8 @@ rule report_stage_costs:
         )
         + (["download_corpus", "download_topics"] if SOURCE else []),
         dataset=DATASET.name,
+        api_models=API_MODELS,
+        logs_dir=lambda wc: f"logs/{wc.dataset}",
     script:
         "../scripts/report_stage_costs.py"
 

@@ -17,5 +17,7 @@ run_stage(
         skip_rules=sm.params.skip_rules,
         dataset=sm.params.dataset,
         logs=sm.params.logs,
+        api_models=sm.params.api_models,
+        logs_dir=sm.params.logs_dir,
     ),
 )

@@ -260,7 +260,7 @@ class ApiEncoder:
     def log_usage(self) -> None:
         u, price = self.usage, float(self.spec["price_per_million_tokens"])
         log.info(
-            "embeddings API %s: %d inputs (%d cut to the token limit) in %d requests, %d tokens billed, $%.4f at $%g "
+            "embeddings API %s: %d inputs (%d cut to the token limit) in %d requests, %d tokens billed, $%.6f at $%g "
             "per 1M tokens, %.1f s (%.0f inputs/s)",
             self.model, u.inputs, u.cut, u.requests, u.tokens, u.usd(price), price, u.seconds,
             u.inputs / u.seconds if u.seconds else 0.0,

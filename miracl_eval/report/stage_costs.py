@@ -168,7 +168,32 @@ def stage_costs(
     ]
 
 
-def stage_costs_html(rows: Sequence[StageCostRow], title: str) -> str:
+#: the usage line an API model's encoding job logs (miracl_eval.encoders.openai.ApiEncoder.log_usage)
+_API_USAGE = re.compile(
+    r"embeddings API \S+: (\d+) inputs \((\d+) cut to the token limit\) in (\d+) requests, (\d+) tokens billed, "
+    r"\$([0-9.]+)"
+)
+
+
+def api_spend(logs_dir: PathLike, models: Sequence[str]) -> list[dict[str, Any]]:
+    """Per API model, what its encoding jobs' logs say they sent and spent (the latest run of each job):
+    ``{"model", "jobs", "inputs", "cut", "requests", "tokens", "usd"}``."""
+    out = []
+    for model in models:
+        total = {"model": model, "jobs": 0, "inputs": 0, "cut": 0, "requests": 0, "tokens": 0, "usd": 0.0}
+        for log_file in sorted(Path(logs_dir).glob(f"encode_*api*/{model}/**/*.log")):
+            found = _API_USAGE.findall(log_file.read_text(encoding="utf-8", errors="replace"))
+            if found:
+                inputs, cut, requests, tokens, usd = found[-1]
+                total["jobs"] += 1
+                for key, value in (("inputs", inputs), ("cut", cut), ("requests", requests), ("tokens", tokens)):
+                    total[key] += int(value)
+                total["usd"] += float(usd)
+        out.append(total)
+    return out
+
+
+def stage_costs_html(rows: Sequence[StageCostRow], title: str, spend: Sequence[Mapping[str, Any]] = ()) -> str:
     def num(v: float | None, digits: int) -> str:
         return "-" if v is None else f"{float(v):.{digits}f}"
 
@@ -195,7 +220,19 @@ def stage_costs_html(rows: Sequence[StageCostRow], title: str) -> str:
         "A job run in a preloaded process (preload) counts that process's peak, from the job's log."
     )
     header = ["rule", "jobs", "total s", "max s", "max RSS MB"]
-    return html_page(title, html_table(header, table, row_classes=classes), note)
+    body = html_table(header, table, row_classes=classes)
+    if spend:
+        api_header = ["API model", "jobs", "inputs", "cut", "requests", "tokens", "US dollars"]
+        api_rows: list[list[object]] = [
+            [r["model"], r["jobs"], r["inputs"], r["cut"], r["requests"], f"{r['tokens']:,}", f"{r['usd']:.4f}"]
+            for r in spend
+        ]
+        body += "<h2>Embeddings APIs: tokens and dollars</h2>" + html_table(api_header, api_rows)
+        note += (
+            " The API models' tokens are the API's own count, their dollars tokens x the model's "
+            "price_per_million_tokens, both from their encoding jobs' logs (each job's latest run)."
+        )
+    return html_page(title, body, note)
 
 
 def stage_costs_stage(
@@ -208,10 +245,15 @@ def stage_costs_stage(
     root: PathLike = ".",
     dataset: str = "",
     logs: Mapping[str, str] | None = None,
+    api_models: Sequence[str] = (),
+    logs_dir: PathLike = "logs",
 ) -> dict[str, int]:
-    """Stage entry point: every benchmark file under ``stats_dir``, summarised per rule."""
+    """Stage entry point: every benchmark file under ``stats_dir``, summarised per rule; and what the API
+    models (``api_models``) spent, from their jobs' logs under ``logs_dir``."""
     files = sorted(Path(stats_dir).rglob("*.tsv")) if Path(stats_dir).is_dir() else []
     rows = stage_costs(files, patterns, allowed, skip_rules, root, logs)
+    spend = api_spend(logs_dir, api_models) if api_models else []
     write_text_atomic(tsv_out, format_tsv(STAGE_COSTS_COLUMNS, rows))
-    write_text_atomic(html_out, stage_costs_html(rows, f"Stage costs — {dataset}" if dataset else "Stage costs"))
+    title = f"Stage costs — {dataset}" if dataset else "Stage costs"
+    write_text_atomic(html_out, stage_costs_html(rows, title, spend))
     return {"rules": len(rows), "jobs": sum(r["jobs"] for r in rows)}
