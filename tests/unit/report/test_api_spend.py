@@ -22,7 +22,9 @@ def _log(path: Path, **values: object) -> None:
 
 def test_api_spend_adds_up_each_models_jobs(tmp_path: Path) -> None:
     logs = tmp_path / "logs" / "miracl"
-    _log(logs / "encode_corpus_api_dense/o3/sw/00000-00003.log", inputs=160, cut=2, requests=16, tokens=20000, usd=0.0026)
+    _log(
+        logs / "encode_corpus_api_dense/o3/sw/00000-00003.log", inputs=160, cut=2, requests=16, tokens=20000, usd=0.0026
+    )
     _log(logs / "encode_queries_api_dense/o3/sw.log", inputs=12, cut=0, requests=2, tokens=150, usd=0.0000195)
     _log(logs / "encode_queries_api_dense/other/sw.log", inputs=5, cut=0, requests=1, tokens=50, usd=0.0)
     (logs / "encode_corpus_dense/me5/sw").mkdir(parents=True)  # a local model's jobs: no usage line
