@@ -178,18 +178,19 @@ _API_USAGE = re.compile(
 def api_spend(logs_dir: PathLike, models: Sequence[str]) -> list[dict[str, Any]]:
     """Per API model, what its encoding jobs' logs say they sent and spent (the latest run of each job):
     ``{"model", "jobs", "inputs", "cut", "requests", "tokens", "usd"}``."""
-    out = []
+    out: list[dict[str, Any]] = []
     for model in models:
-        total = {"model": model, "jobs": 0, "inputs": 0, "cut": 0, "requests": 0, "tokens": 0, "usd": 0.0}
+        counts = {"jobs": 0, "inputs": 0, "cut": 0, "requests": 0, "tokens": 0}
+        usd = 0.0
         for log_file in sorted(Path(logs_dir).glob(f"encode_*api*/{model}/**/*.log")):
             found = _API_USAGE.findall(log_file.read_text(encoding="utf-8", errors="replace"))
             if found:
-                inputs, cut, requests, tokens, usd = found[-1]
-                total["jobs"] += 1
-                for key, value in (("inputs", inputs), ("cut", cut), ("requests", requests), ("tokens", tokens)):
-                    total[key] += int(value)
-                total["usd"] += float(usd)
-        out.append(total)
+                *values, dollars = found[-1]
+                counts["jobs"] += 1
+                for key, value in zip(("inputs", "cut", "requests", "tokens"), values, strict=True):
+                    counts[key] += int(value)
+                usd += float(dollars)
+        out.append({"model": model, **counts, "usd": usd})
     return out
 
 
