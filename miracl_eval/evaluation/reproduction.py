@@ -1,11 +1,17 @@
 """Reproduction verdicts: for every published number shown beside ours, whether we reproduced it.
 
-As pyserini's reproduction matrix (2CR) prints ``[OK]`` or ``[FAIL]`` per condition and language,
-each comparable cell (:func:`miracl_eval.evaluation.published.published_rows`: the same data, the
-same settings) gets a verdict: ``OK`` when ``|ours - published|`` is within the tolerance of its
-measure (default 0.005 nDCG@10, i.e. half a point, and 0.01 Recall@100; settable per source),
-else ``FAIL``. ``results/{dataset}_reproduction.tsv`` holds the cells; :func:`summary` the line per
-row and source printed at the end of a run and on the report's result pages.
+In the three levels of pyserini's reproduction matrix (2CR; ``pyserini/2cr/miracl.py`` of pyserini
+1.6.0: ``math.isclose`` on trec_eval's 4-decimal score, else ``abs_tol=5e-4``), each comparable cell
+(:func:`miracl_eval.evaluation.published.published_rows`: the same data, the same settings) gets:
+
+* ``OK``: ours, rounded to the published value's precision (4 decimals for pyserini's, 0.1 point for a
+  paper printing 54.9), *is* the published value;
+* ``OKish``: ours is within the tolerance of its measure (default 5e-4, 2CR's; settable per measure
+  and per source, e.g. half a point for a source printed to one decimal);
+* ``FAIL``: otherwise.
+
+``results/{dataset}_reproduction.tsv`` holds the cells; :func:`summary` the line per row and source
+printed at the end of a run and on the report's result pages, counting each level.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from miracl_eval.types import PathLike
 if TYPE_CHECKING:  # the Snakefile imports this module: no evaluation engine at parse time
     from miracl_eval.evaluation.published import SideBySideRow
 
-#: the tolerance of each measure (0-1 scale) when the config gives none
-DEFAULT_TOLERANCE: Mapping[str, float] = {"nDCG@10": 0.005, "R@100": 0.01}
-OK, FAIL = "OK", "FAIL"
+#: the OKish tolerance of each measure (0-1 scale) when the config gives none: 2CR's
+DEFAULT_TOLERANCE: Mapping[str, float] = {"nDCG@10": 0.0005, "R@100": 0.0005}
+OK, OKISH, FAIL = "OK", "OKish", "FAIL"
+LEVELS = (OK, OKISH, FAIL)
 COLUMNS = ("row", "source", "partition", "measure", "published", "ours", "difference", "tolerance", "verdict")
 #: absolute slack for float rounding of the published decimal
 EPS = 1e-12
@@ -58,6 +65,18 @@ def tolerance(measure: str, source: str, settings: Mapping[str, object] | None =
     raise KeyError(f"no tolerance for measure {measure!r}")
 
 
+def level(ours: float, printed: str, scale: int, tol: float) -> str:
+    """``OK`` when ``ours`` rounded to the precision of the value as printed (``printed`` / ``scale``)
+    is that value, ``OKish`` within ``tol`` of it, else ``FAIL``."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    published = Decimal(printed) / Decimal(scale)
+    step = Decimal(1).scaleb(Decimal(printed).as_tuple().exponent) / Decimal(scale)  # type: ignore[arg-type]
+    if (Decimal(repr(ours)) / step).quantize(Decimal(1), rounding=ROUND_HALF_EVEN) * step == published:
+        return OK
+    return OKISH if abs(ours - float(published)) <= tol + EPS else FAIL
+
+
 def verdicts(rows: Iterable[SideBySideRow], settings: Mapping[str, object] | None = None) -> list[Verdict]:
     """A verdict per side-by-side cell (:func:`miracl_eval.evaluation.published.side_by_side`)."""
     out: list[Verdict] = []
@@ -74,7 +93,7 @@ def verdicts(rows: Iterable[SideBySideRow], settings: Mapping[str, object] | Non
                 "ours": r["ours"],
                 "difference": diff,
                 "tolerance": tol,
-                "verdict": OK if abs(diff) <= tol + EPS else FAIL,
+                "verdict": level(r["ours"], r["published"], r["scale"], tol),
             }
         )
     return out
@@ -85,8 +104,8 @@ def _points(value: float) -> str:
 
 
 def summary(rows: Sequence[Mapping[str, object]]) -> list[str]:
-    """A line per row, source and measure: how many of its partitions (a published mean counted
-    apart) are within the tolerance, and which are not."""
+    """A line per row, source and measure: how many of its partitions (a published mean said apart) are
+    OK, OKish and FAIL, and the cells that are not OK."""
     from miracl_eval.evaluation.metrics import MEAN
 
     groups: dict[tuple[str, str, str], list[Mapping[str, object]]] = {}
@@ -97,20 +116,18 @@ def summary(rows: Sequence[Mapping[str, object]]) -> list[str]:
         parts = [c for c in cells if c["partition"] != MEAN]
         means = [c for c in cells if c["partition"] == MEAN]
         tol = float(str(cells[0]["tolerance"]))
+        counts = ", ".join(f"{sum(c['verdict'] == v for c in parts)} {v}" for v in LEVELS)
         text = f"{row}: "
         if parts:
-            ok = sum(c["verdict"] == OK for c in parts)
-            text += f"{ok} of {len(parts)} {'language' if len(parts) == 1 else 'languages'}"
+            text += f"{counts} of {len(parts)} {'language' if len(parts) == 1 else 'languages'}"
         if means:
-            ok_mean = means[0]["verdict"] == OK
-            if parts:
-                text += " and the mean" if ok_mean else ", not the mean,"
-            else:
-                text += "the mean" if ok_mean else "the mean not"
-        text += f" within {_points(tol)} of {source} ({measure})"
+            text += f"{'; ' if parts else ''}the mean {means[0]['verdict']}"
+        text += f" against {source} ({measure}; OKish within {_points(tol)})"
         failed = [c for c in cells if c["verdict"] != OK]
         if failed:
-            text += "; off: " + ", ".join(f"{c['partition']} {float(str(c['difference'])) * 100:+.2f}" for c in failed)
+            text += "; not OK: " + ", ".join(
+                f"{c['partition']} {float(str(c['difference'])) * 100:+.2f} ({c['verdict']})" for c in failed
+            )
         lines.append(text)
     return lines
 
