@@ -11,7 +11,8 @@ a LiteLLM proxy.
   server's refusal of a long input names the passage.
 * ``concurrency`` requests are in flight at once. 429 and 5xx answers, timeouts and dropped connections
   are retried with backoff by the ``openai`` client (``max_retries``; it honours ``Retry-After``); a
-  401 or 403 stops at once, naming the variable that holds the key (``api_key_env``), never the key;
+  job's first request goes alone, and a 401 or 403 stops it there, naming the variable that holds the
+  key (``api_key_env``), never the key;
   a 400 is narrowed down to the input the server refused, named by its docid.
 * Vectors come back as float32 in input order, the API's own (``dimensions`` is passed on when set);
   the job counts the tokens the API says it billed.
@@ -114,11 +115,13 @@ class ApiEncoder:
         self.model = spec["checkpoint"]
         self.usage = Usage()
         self.dim: int | None = spec.get("dimensions") or KNOWN_DIMS.get(self.model)
+        self._answered = False  # whether the API has answered a request of this job yet
 
     def ensure_dim(self) -> int:
         """The vectors' dimension: ``dimensions``, an OpenAI model's, or one request of one short text."""
         if self.dim is None:
             vectors, tokens = self._embed(["dimension"], ["(the dimension probe)"])
+            self._answered = True
             self.usage.requests += 1
             self.usage.tokens += tokens
             self.dim = int(vectors.shape[1])
@@ -198,7 +201,16 @@ class ApiEncoder:
     def _submit(self, pool: ThreadPoolExecutor, texts: list[str], role: str, ids: Sequence[str]) -> list[Future]:
         cut, counts = self.cut(self.prepare(texts, role), role)
         self.usage.inputs += len(cut)
-        return [pool.submit(self._embed, cut[s], list(ids[s])) for s in self.requests(counts)]
+        futures: list[Future] = []
+        for part in self.requests(counts):
+            if not self._answered:  # a job's first request goes alone: a refused key or URL costs one request
+                first: Future = Future()
+                first.set_result(self._embed(cut[part], list(ids[part])))
+                self._answered = True
+                futures.append(first)
+            else:
+                futures.append(pool.submit(self._embed, cut[part], list(ids[part])))
+        return futures
 
     def _collect(self, futures: list[Future], n: int) -> np.ndarray:
         parts = []

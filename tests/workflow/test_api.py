@@ -60,8 +60,18 @@ def test_an_api_model_runs_as_the_local_model(served, tmp_path, monkeypatch) -> 
         assert proc.returncode != 0 and "models.me5-api.max_usd" in proc.stdout + proc.stderr
         assert "more than max_usd $0" in (tmp_path / "logs/miracl/api_cost_plan/me5-api.log").read_text()
         assert server.count == 0 and not (tmp_path / "resources/miracl/encoded/me5-api/cost_plan.json").exists()
+        # a wrong key: the first request stops the job, naming the variable (never the key), and no shard is left
+        monkeypatch.setenv(KEY_ENV, "sk-wrong")
+        cfg = write_config(tmp_path, _config(server))
+        assert snakemake(tmp_path, cfg, block, check=False).returncode != 0
+        assert server.count == 1  # the job's first request goes alone
+        log = (tmp_path / f"logs/miracl/encode_corpus_api_dense/me5-api/{LANG}/00000-00003.log").read_text()
+        assert f"refused the key in ${KEY_ENV} (401" in log and "sk-wrong" not in log
+        assert not list((tmp_path / "resources/miracl/encoded/me5-api").rglob("*.parquet"))
+        monkeypatch.setenv(KEY_ENV, KEY)
     # a job that fails at its third shard (the server's 9th request: four requests of 10 passages a shard,
-    # in flight together, so all four of the third shard's are sent) keeps the two it finished
+    # the first alone, then in flight together, so all four of the third shard's are sent) keeps the two
+    # it finished
     with EmbeddingsServer(served, key=KEY, faults={9: "500"}, port=port) as server:
         cfg = write_config(tmp_path, _config(server))
         assert snakemake(tmp_path, cfg, block, check=False).returncode != 0
