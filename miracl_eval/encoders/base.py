@@ -291,11 +291,12 @@ class TransformerEncoder:
         kinds: Sequence[str],
         settings: HostSettings,
         timings: Any = None,
+        progress: Any = None,
     ) -> Iterator[tuple[Any, dict[str, Any]]]:
         """``(key, outputs)`` per ``(key, texts)`` chunk, in order (:func:`pipeline.encode_stream`)."""
         from miracl_eval.encoders.pipeline import encode_stream
 
-        return encode_stream(self, chunks, role, kinds, settings, timings)
+        return encode_stream(self, chunks, role, kinds, settings, timings, progress)
 
     # ---------------------------------------------------------------- what a family says
 

@@ -12,7 +12,6 @@ ones already done (:mod:`miracl_eval.encoders.blocks`).
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -30,6 +29,7 @@ from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.passages import passage_texts, text_columns
+from miracl_eval.jobs.progress import Progress
 from miracl_eval.types import PathLike
 
 #: imported once by a preload server before it forks these stages' jobs (:mod:`miracl_eval.jobs.preload`)
@@ -120,19 +120,6 @@ class _AllOrNone:
             raise
 
 
-def _progress(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=" texts",
-        file=sys.stderr,
-        mininterval=1.0 if sys.stderr.isatty() else 30.0,
-        dynamic_ncols=True,
-    )
-
-
 def _check_outputs(spec: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
     family = get_family(spec["family"])
     if set(outputs) != set(family.outputs):
@@ -203,8 +190,8 @@ def _write_encoded(
     rows = 0
     started = time.perf_counter()
     timings = pipeline.Timings()
-    with _AllOrNone(kinds) as out, _progress(total, desc) as bar:
-        for ids, encoded in encoder.encode_stream(chunks(), role, encoder.outputs, host, timings):
+    with _AllOrNone(kinds) as out, Progress(total, desc, "texts", log) as progress:
+        for ids, encoded in encoder.encode_stream(chunks(), role, encoder.outputs, host, timings, progress.update):
             for kind, writer in out.writers.items():
                 if kind == DENSE:
                     assert encoder.dim is not None
@@ -218,7 +205,6 @@ def _write_encoded(
                     ]
                 writer.write(pa.table(columns, schema=writer.schema))
             rows += len(ids)
-            bar.update(len(ids))
     seconds = time.perf_counter() - started
     busy = timings.per_text_ms()
     if isinstance(encoder, TransformerEncoder):

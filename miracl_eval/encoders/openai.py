@@ -212,13 +212,15 @@ class ApiEncoder:
                 futures.append(pool.submit(self._embed, cut[part], list(ids[part])))
         return futures
 
-    def _collect(self, futures: list[Future], n: int) -> np.ndarray:
+    def _collect(self, futures: list[Future], n: int, progress: Callable[[int], None] | None = None) -> np.ndarray:
         parts = []
         for future in futures:
             vectors, tokens = future.result()
             self.usage.requests += 1
             self.usage.tokens += tokens
             parts.append(vectors)
+            if progress is not None:
+                progress(len(vectors))
         out = np.concatenate(parts) if parts else np.zeros((0, self.dim or 0), dtype=np.float32)
         if out.shape[0] != n:  # pragma: no cover - each request's count is checked
             raise MiraclEvalError(f"{out.shape[0]} vectors for {n} texts")
@@ -235,6 +237,7 @@ class ApiEncoder:
         kinds: Sequence[str] = ("dense",),
         settings: Any = None,
         timings: Any = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[Any, dict[str, Any]]]:
         """``(key, {"dense": vectors})`` per chunk, in chunk order; a chunk's key is its ids (an array of
         docids or qids: an error names them) or anything else. The next chunks' requests are in flight
@@ -249,10 +252,10 @@ class ApiEncoder:
                     pending.append((key, len(texts), self._submit(pool, list(texts), role, ids)))
                     while len(pending) >= ahead:
                         k, n, futures = pending.pop(0)
-                        yield k, {"dense": self._collect(futures, n)}
+                        yield k, {"dense": self._collect(futures, n, progress)}
                 while pending:
                     k, n, futures = pending.pop(0)
-                    yield k, {"dense": self._collect(futures, n)}
+                    yield k, {"dense": self._collect(futures, n, progress)}
             finally:
                 for _, _, futures in pending:  # an error: nothing more is sent
                     for future in futures:

@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -166,11 +166,13 @@ def encode_stream(
     kinds: Sequence[str],
     settings: HostSettings,
     timings: Timings | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[K, dict[str, Any]]]:
     """Encode the texts of each ``(key, texts)`` chunk as ``role``; yields ``(key, outputs)`` in
     chunk order, ``outputs`` as :meth:`TransformerEncoder.encode_outputs` gives them (a float32 array
     for dense, a list per text otherwise). ``chunks`` is read in the planner thread, so reading and
-    checking input happens there too (its errors reach the caller). ``timings``: filled in as it runs."""
+    checking input happens there too (its errors reach the caller). ``timings``: filled in as it runs;
+    ``progress``: called with each batch's number of texts once its outputs are in."""
     from miracl_eval.encoders.base import DENSE
 
     max_length = encoder.max_length(role)
@@ -276,6 +278,8 @@ def encode_stream(
                         for p, row in zip(item.positions, encoder.rows(kind, item), strict=True):
                             out[kind][p] = row
                 filled += len(item.positions)
+                if progress is not None:
+                    progress(len(item.positions))
             if filled == size:  # the window is complete (an empty one at once)
                 for kind in kinds:
                     pieces[kind].append(out[kind])

@@ -32,6 +32,7 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output
 from miracl_eval.encoders.outputs import iter_vector_batches, vector_dim
 from miracl_eval.errors import InputError, MiraclEvalError
+from miracl_eval.jobs.progress import Progress
 from miracl_eval.runs import RunWriter, rank_table
 from miracl_eval.types import PathLike
 
@@ -164,7 +165,11 @@ def block_search(
     scorer = _Scorer(vectors, hits, device, memory_mb)
     chunks: list[list[Any]] = []
     rows = 0
-    with atomic_output(output) as tmp:
+    total = sum(schemas.count_rows(path) for path in queries.values())
+    with (
+        atomic_output(output) as tmp,
+        Progress(total, f"block search of {len(docids):,} passages", "queries", log) as done,
+    ):
         schema = CANDIDATES
         writer = pq.ParquetWriter(tmp, schema, compression="zstd")
         try:
@@ -181,6 +186,7 @@ def block_search(
                 writer.write_table(table, row_group_size=max(1, len(table)))
                 chunks.append([part, len(qids)])
                 rows += len(table)
+                done.update(len(qids))
         finally:
             writer.add_key_value_metadata({CHUNKS_KEY: json.dumps(chunks).encode()})
             writer.close()

@@ -37,6 +37,7 @@ from miracl_eval.fusion.scores import (
 from miracl_eval.fusion.weighted import COMPONENTS
 from miracl_eval.inputs.chunks import query_chunk_ids
 from miracl_eval.inputs.passages import CorpusRows
+from miracl_eval.jobs.progress import Progress
 from miracl_eval.runs import run_rows
 from miracl_eval.types import PathLike
 
@@ -107,17 +108,19 @@ def rerank_candidates(
     passages = rows.texts(pairs.column("docid"), spec["title_join"])
     log.info("read %.1f MB of the corpus for %d candidate passages", rows.bytes_read / MB, len(passages))
     model = bge_m3.load(spec, device=device, dtype=dtype, multivec=True)
-    scores = one_pass_scores(
-        model,
-        pairs,
-        query_texts,
-        VectorLookup.from_parquet(query_dense, needed=qids, key="qid"),
-        SparseLookup.from_parquet(query_sparse, needed=qids, key="qid"),
-        passages,
-        batch_size,
-        query_tokens=query_tokens,
-        token_budget=token_budget,
-    )
+    with Progress(len(pairs), "rerank (dense, sparse and multi-vector scores)", "pairs", log) as progress:
+        scores = one_pass_scores(
+            model,
+            pairs,
+            query_texts,
+            VectorLookup.from_parquet(query_dense, needed=qids, key="qid"),
+            SparseLookup.from_parquet(query_sparse, needed=qids, key="qid"),
+            passages,
+            batch_size,
+            query_tokens=query_tokens,
+            token_budget=token_budget,
+            progress=progress.update,
+        )
     return components_table(pairs.select(PAIRS.names).cast(PAIRS), **scores)
 
 

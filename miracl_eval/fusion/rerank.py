@@ -15,6 +15,7 @@ scores of :mod:`miracl_eval.fusion.scores` (to float32 rounding) when passages a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,12 +36,14 @@ def one_pass_scores(
     batch_size: int,
     query_tokens: int | None = None,
     token_budget: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """``{"dense", "sparse", "multivec"}`` scores (float64, aligned with ``pairs``) of a BGE-M3 model.
 
     ``query_texts`` and ``passages``: texts by qid and docid; ``query_vectors`` and
     ``query_weights``: the queries' stored dense and sparse outputs; ``batch_size`` and ``token_budget``:
-    texts and padded tokens per encoding batch at most (the encoder settings).
+    texts and padded tokens per encoding batch at most (the encoder settings); ``progress``: told of each
+    passage batch's pairs once scored.
     """
     from miracl_eval.encoders import bge_m3
 
@@ -58,6 +61,8 @@ def one_pass_scores(
     sparse = np.full(len(pairs), np.nan)
 
     def on_batch(ks: np.ndarray, rows: np.ndarray, batch: Batch) -> None:
+        if progress is not None:
+            progress(len(ks))
         if not len(ks):
             return
         vectors = batch.tensors[DENSE].cpu().numpy()

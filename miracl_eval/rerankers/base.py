@@ -30,9 +30,13 @@ TOKENIZE_SLICE = 256
 WINDOW = 8_192
 
 
+#: called with each batch's number of pairs once scored (a stage's progress)
+Counter = Callable[[int], None]
+
+
 class Reranker(Protocol):
-    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        """One float64 score per pair, in input order."""
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int, progress: Counter | None = None) -> np.ndarray:
+        """One float64 score per pair, in input order (``progress``: told of each scored batch)."""
         ...
 
 
@@ -103,6 +107,7 @@ def score_inputs(
     device: torch.device,
     batch_size: int,
     forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    progress: Counter | None = None,
 ) -> np.ndarray:
     """``forward(input_ids, attention_mask)`` over the token lists in batches of similar length,
     padded on the right; one float64 score per input, in input order."""
@@ -111,6 +116,8 @@ def score_inputs(
     for positions in length_batches([len(x) for x in inputs], batch_size):
         ids, mask = padded([inputs[i] for i in positions], pad, device)
         out[positions] = forward(ids, mask).float().cpu().numpy()
+        if progress is not None:
+            progress(len(positions))
     return out
 
 

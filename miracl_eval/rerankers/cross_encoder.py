@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import float32_head, query_max_length, score_inputs, score_windows, token_ids
+from miracl_eval.rerankers.base import Counter, float32_head, query_max_length, score_inputs, score_windows, token_ids
 from miracl_eval.rerankers.heads import check_classifier
 
 
@@ -48,9 +48,9 @@ class CrossEncoderReranker:
         logits = self.model(input_ids=ids, attention_mask=mask).logits[:, 0].float()
         return torch.sigmoid(logits) if self.spec.get("sigmoid") else logits
 
-    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int, progress: Counter | None = None) -> np.ndarray:
         def scored(inputs: Sequence[list[int]]) -> np.ndarray:
-            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward)
+            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward, progress)
 
         return score_windows(pairs, self.inputs, scored)
 

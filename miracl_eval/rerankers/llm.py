@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from miracl_eval.encoders.base import load_checkpoint, resolve_model_dir
-from miracl_eval.rerankers.base import query_max_length, score_inputs, score_windows, token_ids
+from miracl_eval.rerankers.base import Counter, query_max_length, score_inputs, score_windows, token_ids
 from miracl_eval.rerankers.heads import check_causal_lm
 from miracl_eval.rerankers.registry import DEFAULT_PROMPT
 
@@ -76,9 +76,9 @@ class LlmReranker:
             logit = torch.tanh(logit / self.softcap) * self.softcap
         return logit
 
-    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int, progress: Counter | None = None) -> np.ndarray:
         def scored(inputs: Sequence[list[int]]) -> np.ndarray:
-            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward)
+            return score_inputs(inputs, self.tokenizer, self.device, batch_size, self.forward, progress)
 
         return score_windows(pairs, self.inputs, scored)
 

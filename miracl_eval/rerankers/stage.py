@@ -31,6 +31,7 @@ from miracl_eval.atomic import atomic_output
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.chunks import query_chunk
 from miracl_eval.inputs.passages import CorpusRows
+from miracl_eval.jobs.progress import Progress
 from miracl_eval.rerankers.registry import FAMILIES
 from miracl_eval.runs import rank_table, run_rows, write_run
 from miracl_eval.types import PathLike
@@ -88,7 +89,8 @@ def score_pairs(
     texts = [
         (queries[q], passages[d]) for q, d in zip(pairs["qid"].to_pylist(), pairs["docid"].to_pylist(), strict=True)
     ]
-    return reranker.score(texts, batch_size)
+    with Progress(len(texts), f"reranker {spec['checkpoint']}", "pairs", log) as progress:
+        return reranker.score(texts, batch_size, progress.update)
 
 
 def reranker_scores_stage(

@@ -196,3 +196,13 @@ def test_the_cost_plan_refuses_a_run_over_max_usd_before_any_request(me5_small, 
     plan = json.loads(out.read_text())
     assert result["tokens"] == plan["tokens"] == want and plan["inputs"] == len(passages) + len(qs)
     assert plan["usd"] == pytest.approx(want * 1000.0 / 1e6, abs=1e-4) and not plan["sampled"]
+
+
+def test_progress_moves_by_request(served, me5_small, key) -> None:
+    raw, _ = served
+    texts = _texts()
+    seen: list[int] = []
+    with EmbeddingsServer(raw, key=KEY) as server:
+        encoder = api.load(_spec(server, me5_small, inputs_per_request=4))
+        list(encoder.encode_stream([(None, texts)], "passage", progress=seen.append))
+    assert sum(seen) == len(texts) and max(seen) <= 4

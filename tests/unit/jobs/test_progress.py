@@ -1,0 +1,73 @@
+"""Progress in a job's log: items, rate and time left at least every EVERY seconds, counted by batch."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from miracl_eval.jobs import progress as progress_module
+from miracl_eval.jobs.progress import Progress
+
+log = logging.getLogger("miracl_eval.test.progress")
+
+
+def test_the_line_says_done_rate_and_time_left() -> None:
+    now = [100.0]
+    p = Progress(131_924, "encode shard 0", "texts", log, clock=lambda: now[0])
+    p.started = 100.0
+    assert p.line() == "encode shard 0: 0 of 131,924 texts (0.0 %), 0.0 texts/s, time left unknown (no batch done yet)"
+    now[0] = 130.0
+    p.update(4096)
+    assert p.line() == "encode shard 0: 4,096 of 131,924 texts (3.1 %), 136.5 texts/s, about 16 min left"
+    assert Progress(None, "x", "pairs", log, clock=lambda: now[0]).line().startswith("x: 0 pairs, ")
+
+
+def test_a_line_comes_every_period_even_when_no_batch_ends(caplog: pytest.LogCaptureFixture) -> None:
+    """A batch that takes longer than the period (a CPU, long passages, a slow API) does not silence it."""
+    with caplog.at_level(logging.INFO, logger=log.name), Progress(10, "slow stage", "texts", log, every=0.01):
+        deadline = time.monotonic() + 30
+        while len(caplog.records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) >= 3 and all(line.startswith("slow stage: 0 of 10 texts") for line in lines)
+
+
+def test_encoding_counts_by_batch(tiny_checkpoints, tmp_path, monkeypatch) -> None:
+    """The encode stage's progress moves by batch (at most batch_size texts), not by window."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from miracl_eval.encoders.encode import encode_corpus_shard
+    from miracl_eval.encoders.registry import get_family
+    from tests.helpers import sample_passages
+
+    seen: list[int] = []
+    real = Progress.update
+    monkeypatch.setattr(Progress, "update", lambda self, n: (seen.append(n), real(self, n))[1])
+    texts = sample_passages(per_lang=3)
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"docid": [f"d{i}" for i in range(len(texts))], "title": [""] * len(texts),
+                             "text": texts, "contents": texts}), corpus)  # fmt: skip
+    spec = get_family("dense").resolve(
+        {"checkpoint": str(tiny_checkpoints("xlm-r")), "pooling": "mean", "normalize": True}
+    )
+    outputs = {"dense": tmp_path / "dense.parquet"}
+    encode_corpus_shard(corpus, 0, len(texts), outputs, spec, 4, "cpu")
+    assert sum(seen) == len(texts) and max(seen) <= 4 and len(seen) >= len(texts) // 4
+
+
+def test_rerankers_count_by_batch(tiny_checkpoints) -> None:
+    from miracl_eval.rerankers import cross_encoder
+
+    seen: list[int] = []
+    reranker = cross_encoder.load({"family": "cross-encoder", "checkpoint": str(tiny_checkpoints("cross-encoder")),
+                                   "max_length": 64, "sigmoid": False}, device="cpu")  # fmt: skip
+    pairs = [(f"query {i}", "a passage " * (i % 7 + 1)) for i in range(23)]
+    reranker.score(pairs, 5, seen.append)
+    assert sum(seen) == 23 and max(seen) == 5
+
+
+def test_the_period_is_thirty_seconds() -> None:
+    assert progress_module.EVERY == 30.0
