@@ -67,6 +67,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from miracl_eval.jobs.progress import duration  # noqa: E402 - the library beside this script
+
 SIZES = (100_000, 300_000, 1_000_000)
 QUERIES = 1_000
 QUERY_SCALE = 2  # the smallest size also runs our query stages with this many times the queries
@@ -1192,17 +1194,9 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
             flat = stage.name in ("dense_flat", "search_flat")
             if mem > LIMIT_MB and not flat:
                 over.append(stage.name)
-            print(f"    {stage.name:<14}{_duration(seconds):>12}{mem / 1024:11.1f} GB  {held}")
+            print(f"    {stage.name:<14}{duration(seconds):>12}{mem / 1024:11.1f} GB  {held}")
         verdict = "every stage but the flat index under 32 GB" if not over else f"OVER 32 GB: {', '.join(over)}"
         print(f"    -> {verdict}")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def main() -> None:
@@ -1246,7 +1240,7 @@ def main() -> None:
     if len(args.sizes) > 1:
         growths = print_growth(stages, args.sizes, results)
         extrapolate(stages, args.sizes, results, growths, args.threads)
-    print(f"\ntotal {_duration(time.perf_counter() - start)}; {_load()}")
+    print(f"\ntotal {duration(time.perf_counter() - start)}; {_load()}")
 
 
 #: what each stage reads from earlier stages' kept outputs

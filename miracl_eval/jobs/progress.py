@@ -20,10 +20,11 @@ from typing import Any
 EVERY = 30.0
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 90:
+def duration(seconds: float) -> str:
+    """Seconds in words: ``45 s``, ``16 min``, ``3.2 h``."""
+    if seconds < 120:
         return f"{seconds:.0f} s"
-    if seconds < 5400:
+    if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
 
@@ -88,7 +89,7 @@ class Progress:
             text += f" {self.unit}"
         text += f", {rate:,.1f} {self.unit}/s"
         if self.total and done:
-            text += f", about {_duration((self.total - done) / rate)} left" if rate > 0 else ""
+            text += f", about {duration((self.total - done) / rate)} left" if rate > 0 else ""
         elif self.total:
             text += ", time left unknown (no batch done yet)"
         return text
