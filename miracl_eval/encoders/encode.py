@@ -380,10 +380,7 @@ def encode_corpus_block(
         "seconds": round(time.perf_counter() - started, 3),
     }
     if encoder is not None and not isinstance(encoder, TransformerEncoder):  # an API's: what it cost
-        usage = encoder.usage
-        price = float((settings or {}).get("price_per_million_tokens") or 0)
-        facts["api"] = {"requests": usage.requests, "inputs": usage.inputs, "cut": usage.cut, "tokens": usage.tokens,
-                        "usd": round(usage.usd(price), 6)}  # fmt: skip
+        facts["api"] = encoder.usage.facts(float((settings or {}).get("price_per_million_tokens") or 0))
     blocks.write_manifest(manifest, block, done, **facts)
     encoded = sum(s["rows"] for s in done if s["encoded"])
     return {

@@ -5,9 +5,9 @@ a LiteLLM proxy.
 * **Requests** hold at most ``inputs_per_request`` texts and ``tokens_per_request`` tokens, each text at
   most ``passage_max_length`` / ``query_max_length`` tokens, cut with the model's tokenizer (tiktoken's
   for OpenAI's models; ``tokenizer`` names another: ``tiktoken:ENCODING``, or a Hugging Face tokenizer,
-  a folder or hub id). OpenAI's limits, from its API reference (``CreateEmbeddingRequest.input``): at most
-  2,048 inputs, 8,192 tokens per input and 300,000 tokens summed over a request's inputs, no empty
-  string (an empty text is sent as one space). Without a tokenizer nothing is counted or cut, and a
+  a folder or hub id). OpenAI's limits (:data:`miracl_eval.encoders.registry.MAX_INPUTS` and beside it,
+  the settings' defaults): at most 2,048 inputs, 8,192 tokens per input and 300,000 tokens summed over a
+  request's inputs, no empty string (an empty text is sent as one space). Without a tokenizer nothing is counted or cut, and a
   server's refusal of a long input names the passage.
 * ``concurrency`` requests are in flight at once. 429 and 5xx answers, timeouts and dropped connections
   are retried with backoff by the ``openai`` client (``max_retries``; it honours ``Retry-After``); a
@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,9 +38,6 @@ from miracl_eval.errors import ConfigError, InputError, MiraclEvalError
 
 log = logging.getLogger(__name__)
 
-OPENAI_URL = "https://api.openai.com/v1"
-#: OpenAI's limits on one embeddings request (API reference, ``CreateEmbeddingRequest.input``)
-MAX_INPUTS, MAX_INPUT_TOKENS, MAX_REQUEST_TOKENS = 2048, 8192, 300_000
 #: the vectors' dimension of OpenAI's models when ``dimensions`` is not set (their model pages)
 KNOWN_DIMS = {"text-embedding-3-large": 3072, "text-embedding-3-small": 1536, "text-embedding-ada-002": 1536}
 #: texts read ahead of the requests in flight (as many windows as it takes to keep ``concurrency`` busy)
@@ -97,10 +94,14 @@ class Usage:
     cut: int = 0
     tokens: int = 0
     seconds: float = 0.0
-    retried: int = field(default=0)
 
     def usd(self, price_per_million: float) -> float:
         return self.tokens * price_per_million / 1e6
+
+    def facts(self, price_per_million: float) -> dict[str, Any]:
+        """What a block manifest records of it: requests, inputs, inputs cut, tokens and dollars."""
+        return {"requests": self.requests, "inputs": self.inputs, "cut": self.cut, "tokens": self.tokens,
+                "usd": round(self.usd(price_per_million), 6)}  # fmt: skip
 
 
 class ApiEncoder:

@@ -56,6 +56,11 @@ def _quantization(scale: float, rounding: str, description: str) -> dict[str, An
     }
 
 
+#: OpenAI's embeddings API: its base URL, and its limits on one request (API reference,
+#: ``CreateEmbeddingRequest.input``: inputs, tokens per input, tokens summed over the inputs)
+OPENAI_URL = "https://api.openai.com/v1"
+MAX_INPUTS, MAX_INPUT_TOKENS, MAX_REQUEST_TOKENS = 2048, 8192, 300_000
+
 #: JSON-schema properties of the settings every family has (``checkpoint`` is required).
 COMMON_SETTINGS: Mapping[str, Any] = {
     "checkpoint": {
@@ -262,7 +267,7 @@ FAMILIES: Mapping[str, Family] = {
             "base_url": {
                 "type": "string",
                 "pattern": "^https?://",
-                "default": "https://api.openai.com/v1",
+                "default": OPENAI_URL,
                 "description": (
                     "the API's base URL (OpenAI's, or an OpenAI-compatible server's: vLLM, TEI, infinity, Ollama, "
                     "LiteLLM); https:// or a loopback address unless allow_insecure"
@@ -298,15 +303,15 @@ FAMILIES: Mapping[str, Family] = {
             "inputs_per_request": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": 2048,
+                "maximum": MAX_INPUTS,
                 "default": 256,
-                "description": "texts per request at most (OpenAI's limit: 2,048)",
+                "description": f"texts per request at most (OpenAI's limit: {MAX_INPUTS:,})",
             },
             "tokens_per_request": {
                 "type": "integer",
                 "minimum": 1,
-                "default": 300000,
-                "description": "tokens summed over a request's texts at most (OpenAI's limit: 300,000)",
+                "default": MAX_REQUEST_TOKENS,
+                "description": f"tokens summed over a request's texts at most (OpenAI's limit: {MAX_REQUEST_TOKENS:,})",
             },
             "concurrency": {"type": "integer", "minimum": 1, "default": 8, "description": "requests in flight"},
             "max_retries": {
@@ -333,7 +338,7 @@ FAMILIES: Mapping[str, Family] = {
             },
         },
         module="miracl_eval.encoders.openai",
-        common_defaults={"query_max_length": 8192, "passage_max_length": 8192},
+        common_defaults={"query_max_length": MAX_INPUT_TOKENS, "passage_max_length": MAX_INPUT_TOKENS},
         throughput_settings=(
             "api_key_env",
             "allow_insecure",

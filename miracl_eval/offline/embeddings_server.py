@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-#: OpenAI's limits on a request (its API reference): inputs per request
-MAX_INPUTS = 2048
+from miracl_eval.encoders.registry import MAX_INPUTS
 
 
 class EmbeddingsServer:
@@ -118,7 +117,7 @@ class EmbeddingsServer:
                 texts = body.get("input")
                 texts = [texts] if isinstance(texts, str) else texts
                 if not isinstance(texts, list) or not texts or len(texts) > MAX_INPUTS:
-                    self._error(400, "'input' must be 1 to 2048 strings", "invalid_request_error")
+                    self._error(400, f"'input' must be 1 to {MAX_INPUTS} strings", "invalid_request_error")
                     return
                 if any(not isinstance(t, str) or not t for t in texts):
                     self._error(400, "'input' cannot contain an empty string", "invalid_request_error")

