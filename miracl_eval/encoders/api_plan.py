@@ -3,7 +3,8 @@ the model waits on (``rules/encode.smk``: ``api_cost_plan``).
 
 The texts are those the jobs send (the title join, the prefixes), counted with the model's tokenizer
 and cut to the max lengths as the jobs cut them: every text of a corpus of up to :data:`EXACT_ROWS`
-passages, else an evenly spaced sample of that many, scaled to the corpus (the plan says which).
+passages, else those of row groups spread evenly over it (about that many), scaled to the corpus (the
+plan says which).
 Without a tokenizer, tokens are estimated as characters / 4. The plan is written as JSON and logged;
 when its dollars exceed the model's ``max_usd``, the job fails with a :class:`ConfigError` naming that
 setting and the estimate, and writes nothing: no encoding job starts, so no request is sent.
@@ -13,15 +14,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from miracl_eval import schemas
-from miracl_eval.atomic import atomic_output
+from miracl_eval.atomic import write_text_atomic
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.passages import passage_texts, text_columns
 from miracl_eval.types import PathLike
@@ -41,16 +42,22 @@ def _tokens(texts: list[str], limit: int, tokenizer: Any) -> int:
 
 
 def _count(path: PathLike, columns: list[str], texts_of: Any, prefix: str, limit: int, tokenizer: Any) -> dict:
-    """``{"inputs", "tokens", "counted"}`` of one Parquet file of texts (``counted``: texts tokenized)."""
-    n = schemas.count_rows(path)
-    table = pq.read_table(path, columns=columns)
-    rows = np.arange(n) if n <= EXACT_ROWS else np.linspace(0, n - 1, EXACT_ROWS).astype(np.int64)
+    """``{"inputs", "tokens", "counted"}`` of one Parquet file of texts: every text of a file of up to
+    :data:`EXACT_ROWS`, else those of whole row groups spread evenly over the file (about that many
+    texts), scaled to the file; read a batch at a time (``counted``: texts tokenized)."""
+    meta = pq.read_metadata(path)
+    n = meta.num_rows
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    groups = list(range(len(sizes)))
+    if n > EXACT_ROWS:
+        wanted = min(len(sizes), math.ceil(EXACT_ROWS * len(sizes) / n))
+        groups = sorted({int(g) for g in np.linspace(0, len(sizes) - 1, wanted).round()})
+    counted = sum(sizes[g] for g in groups)
     tokens = 0
-    for start in range(0, len(rows), 4096):
-        batch = table.take(rows[start : start + 4096])
+    for batch in schemas.iter_batches(path, batch_rows=4096, columns=columns, row_groups=groups):
         tokens += _tokens([prefix + t for t in texts_of(batch)], limit, tokenizer)
-    scaled = round(tokens * n / len(rows)) if len(rows) else 0
-    return {"inputs": n, "tokens": int(scaled), "counted": int(len(rows))}
+    scaled = round(tokens * n / counted) if counted else 0
+    return {"inputs": n, "tokens": int(scaled), "counted": int(counted)}
 
 
 def cost_plan(
@@ -98,11 +105,5 @@ def cost_plan(
             f"the plan costs ${usd:,.2f} ({tokens:,} tokens at ${price:g} per 1M), more than max_usd ${spec['max_usd']:g}:"
             " no request was sent (raise max_usd to run it)",
         )
-    with atomic_output(out) as tmp:
-        Path(tmp).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out, json.dumps(plan, indent=1) + "\n")
     return {"inputs": inputs, "tokens": tokens, "usd": plan["usd"]}
-
-
-def planned(paths: Sequence[PathLike]) -> list[dict[str, Any]]:
-    """The plans of some plan files (the report's stage-costs page)."""
-    return [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
