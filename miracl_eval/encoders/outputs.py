@@ -53,12 +53,17 @@ class _OneModelDtype:
             )
 
 
-def vector_dim(path: PathLike, key: str | None = None) -> tuple[str, int, str]:
-    """``(key column, dim, dtype)`` of a vector Parquet file, from its schema (no data read)."""
+def _read_schema(path: PathLike) -> pa.Schema:
     try:
-        schema = pq.read_schema(path)
+        return pq.read_schema(path)
     except (pa.ArrowException, OSError) as err:
         raise InputError(path, f"cannot read Parquet file ({err})") from err
+
+
+def vector_dim(path: PathLike, key: str | None = None, schema: pa.Schema | None = None) -> tuple[str, int, str]:
+    """``(key column, dim, dtype)`` of a vector Parquet file, from its schema (no data read; ``schema``:
+    the file's, when the caller has read it)."""
+    schema = _read_schema(path) if schema is None else schema
     if key is None:
         key = next((k for k in ("docid", "qid") if k in schema.names), None)
         if key is None:
@@ -110,8 +115,9 @@ def iter_vector_batches(
     shards = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     one_dtype = _OneModelDtype()
     for path in shards:
-        k, d, _ = vector_dim(path, key)
-        one_dtype.check(path, pq.read_schema(path))
+        schema = _read_schema(path)
+        k, d, _ = vector_dim(path, key, schema)
+        one_dtype.check(path, schema)
         if dim is None:
             dim = d
         elif d != dim:
@@ -168,10 +174,7 @@ def iter_sparse_batches(
     shards = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     one_dtype = _OneModelDtype()
     for path in shards:
-        try:
-            schema = pq.read_schema(path)
-        except (pa.ArrowException, OSError) as err:
-            raise InputError(path, f"cannot read Parquet file ({err})") from err
+        schema = _read_schema(path)
         one_dtype.check(path, schema)
         names = schema.names
         k = key or next((c for c in ("docid", "qid") if c in names), None)

@@ -77,10 +77,14 @@ def machine_devices() -> list[str]:
         if not all(d.isdigit() for d in devices):
             raise ConfigError(DEVICES_ENV, f"{given!r} is neither a device count nor a list of device numbers")
         return devices
+    visible = _visible_devices()
+    return visible if visible is not None else _nvidia_smi_devices()
+
+
+def _visible_devices() -> list[str] | None:
+    """The devices ``CUDA_VISIBLE_DEVICES`` lists; None when it is not set."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip()]
-    return _nvidia_smi_devices()
+    return None if visible is None else [d.strip() for d in visible.split(",") if d.strip()]
 
 
 def _try_lock(folder: Path, device: str) -> IO[bytes] | None:
@@ -107,8 +111,7 @@ def lease_gpus(count: int = 1) -> str | None:
     """
     slurm_job = os.environ.get("SLURM_JOB_ID")
     if slurm_job:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
+        devices = _visible_devices() or []
         if len(devices) <= count:
             return None
         folder = lock_dir() / f"slurm-{slurm_job}"

@@ -166,6 +166,8 @@ def _is_frozen(name: str) -> int | None:
 
 
 def _mark_frozen(name: str, pid: int) -> None:
+    """Write the marker atomically. Not with :func:`miracl_eval.atomic.write_text_atomic`: several jobs may
+    mark one server at once, and that removes other writers' temporaries (one writer per output)."""
     path = _marker(name)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(f"{pid}\n")
@@ -231,7 +233,7 @@ def _serve_through(conn: socket.socket, name: str, request: dict[str, Any], hand
         except _HoldsStreams as err:  # frozen with the job's stdout and stderr: their readers would wait forever
             os.kill(server, signal.SIGKILL)
             log.warning("preload server %d (%s) %s, holding this job's stdout and stderr: killed; running in this "
-                        "process", server, name, err.frozen)  # fmt: skip
+                        "process", server, name, err)  # fmt: skip
             return _HERE
         except Frozen as err:
             if err.pid != server:  # the forked child, before its greeting
@@ -263,12 +265,8 @@ def _serve_through(conn: socket.socket, name: str, request: dict[str, Any], hand
     return reply
 
 
-class _HoldsStreams(Exception):
-    """The server froze after it was handed the job's stdout and stderr (``frozen``: what was seen)."""
-
-    def __init__(self, frozen: Frozen) -> None:
-        super().__init__(str(frozen))
-        self.frozen = frozen
+class _HoldsStreams(Frozen):
+    """The server froze after it was handed the job's stdout and stderr."""
 
 
 def _handshake(conn: socket.socket, request: dict[str, Any], seconds: float, server: int) -> dict[str, Any] | None:
@@ -290,7 +288,7 @@ def _handshake(conn: socket.socket, request: dict[str, Any], seconds: float, ser
     try:
         forked = receive(conn, Wait(seconds, frozen_check(server), limit=seconds, what="no process forked"))
     except Frozen as err:
-        raise _HoldsStreams(err) from None
+        raise _HoldsStreams(err.pid, err.state) from None
     if forked is None:
         return None
     child = int(forked["forked"])
