@@ -273,8 +273,24 @@ def _folder_input(folder):
 
 
 def api_plan_input(wildcards):
-    """An API model's cost plan, which its encoding jobs wait on."""
-    return {"plan": path("api_plan", dataset=wildcards.dataset, model=wildcards.model)}
+    """An API model's cost plan, which its encoding jobs wait on (its being there, not its age: a new
+    price or budget plans again and re-runs no encoding)."""
+    return {
+        "plan": ancient(
+            path("api_plan", dataset=wildcards.dataset, model=wildcards.model)
+        )
+    }
+
+
+def api_plan_spec(wildcards):
+    """What an API model's cost plan depends on: what is sent (its encoding settings), its price and
+    budget; not its throughput settings."""
+    spec = MODELS[wildcards.model]
+    return {
+        **encoding_settings(spec),
+        "price_per_million_tokens": spec["price_per_million_tokens"],
+        "max_usd": spec["max_usd"],
+    }
 
 
 def no_input(wildcards):

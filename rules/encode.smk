@@ -111,7 +111,7 @@ if API_MODELS:
         resources:
             **request("api_cost_plan"),
         params:
-            spec=lambda wc: MODELS[wc.model],
+            spec=api_plan_spec,
             corpora=CORPORA,
             parts=PARTS,
         script:

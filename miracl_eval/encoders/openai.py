@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -275,12 +276,29 @@ class ApiEncoder:
 
     def log_usage(self) -> None:
         u, price = self.usage, float(self.spec["price_per_million_tokens"])
-        log.info(
-            "embeddings API %s: %d inputs (%d cut to the token limit) in %d requests, %d tokens billed, $%.6f at $%g "
-            "per 1M tokens, %.1f s (%.0f inputs/s)",
-            self.model, u.inputs, u.cut, u.requests, u.tokens, u.usd(price), price, u.seconds,
-            u.inputs / u.seconds if u.seconds else 0.0,
-        )  # fmt: skip
+        rate = u.inputs / u.seconds if u.seconds else 0.0
+        log.info(USAGE_LINE, self.model, u.inputs, u.cut, u.requests, u.tokens, u.usd(price), price, u.seconds, rate)
+
+
+#: the job's log line with what it sent and spent (:func:`logged_usage` reads it back: the report's stage costs)
+USAGE_LINE = (
+    "embeddings API %s: %d inputs (%d cut to the token limit) in %d requests, %d tokens billed, $%.6f at $%g "
+    "per 1M tokens, %.1f s (%.0f inputs/s)"
+)
+_USAGE = re.compile(
+    r"embeddings API \S+: (\d+) inputs \((\d+) cut to the token limit\) in (\d+) requests, (\d+) tokens billed, "
+    r"\$([0-9.]+)"
+)
+
+
+def logged_usage(text: str) -> tuple[int, int, int, int, float] | None:
+    """``(inputs, cut, requests, tokens, usd)`` of the last usage line in a job's log text; None without one."""
+    found = _USAGE.findall(text)
+    if not found:
+        return None
+    *counts, usd = found[-1]
+    inputs, cut, requests, tokens = (int(v) for v in counts)
+    return inputs, cut, requests, tokens, float(usd)
 
 
 def _message(err: Any) -> str:

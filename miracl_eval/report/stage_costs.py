@@ -168,28 +168,24 @@ def stage_costs(
     ]
 
 
-#: the usage line an API model's encoding job logs (miracl_eval.encoders.openai.ApiEncoder.log_usage)
-_API_USAGE = re.compile(
-    r"embeddings API \S+: (\d+) inputs \((\d+) cut to the token limit\) in (\d+) requests, (\d+) tokens billed, "
-    r"\$([0-9.]+)"
-)
-
-
 def api_spend(logs_dir: PathLike, models: Sequence[str]) -> list[dict[str, Any]]:
-    """Per API model, what its encoding jobs' logs say they sent and spent (the latest run of each job):
-    ``{"model", "jobs", "inputs", "cut", "requests", "tokens", "usd"}``."""
+    """Per API model, what its encoding jobs' logs say they sent and spent (the latest run of each job,
+    :func:`miracl_eval.encoders.openai.logged_usage`): ``{"model", "jobs", "inputs", "cut", "requests",
+    "tokens", "usd"}``."""
+    from miracl_eval.encoders.openai import logged_usage
+
     out: list[dict[str, Any]] = []
     for model in models:
         counts = {"jobs": 0, "inputs": 0, "cut": 0, "requests": 0, "tokens": 0}
         usd = 0.0
         for log_file in sorted(Path(logs_dir).glob(f"encode_*api*/{model}/**/*.log")):
-            found = _API_USAGE.findall(log_file.read_text(encoding="utf-8", errors="replace"))
-            if found:
-                *values, dollars = found[-1]
+            usage = logged_usage(log_file.read_text(encoding="utf-8", errors="replace"))
+            if usage is not None:
+                *values, dollars = usage
                 counts["jobs"] += 1
                 for key, value in zip(("inputs", "cut", "requests", "tokens"), values, strict=True):
-                    counts[key] += int(value)
-                usd += float(dollars)
+                    counts[key] += value
+                usd += dollars
         out.append({"model": model, **counts, "usd": usd})
     return out
 

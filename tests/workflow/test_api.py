@@ -11,7 +11,7 @@ import pytest
 from miracl_eval.config.models import resolve_model
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.offline.embeddings_server import EmbeddingsServer
-from tests.helpers import sample_config, snakemake, write_config
+from tests.helpers import planned_jobs, sample_config, snakemake, write_config
 
 LANG = "sw"
 KEY_ENV, KEY = "MIRACL_EVAL_TEST_API_KEY", "sk-workflow-test"
@@ -87,5 +87,12 @@ def test_an_api_model_runs_as_the_local_model(served, tmp_path, monkeypatch) -> 
         sent = server.count
         snakemake(tmp_path, cfg, "results/miracl_ndcg.tsv")  # nothing changed: nothing sent
         assert server.count == sent
+        # throughput settings re-run nothing; a new budget plans again and re-runs no encoding
+        faster = write_config(tmp_path, _config(server, concurrency=3, max_retries=2), "faster.yaml")
+        assert planned_jobs(snakemake(tmp_path, faster, "results/miracl_ndcg.tsv", args=("-n",))) == {}
+        budget = write_config(tmp_path, _config(server, max_usd=5.0), "budget.yaml")
+        assert planned_jobs(snakemake(tmp_path, budget, "results/miracl_ndcg.tsv", args=("-n",))) == {
+            "api_cost_plan": 1
+        }
     log = (tmp_path / f"logs/miracl/encode_corpus_api_dense/me5-api/{LANG}/00000-00003.log").read_text()
     assert "embeddings API intfloat/multilingual-e5-small: 80 inputs" in log and KEY not in log
