@@ -33,8 +33,18 @@ from miracl_eval.config.systems import computed_systems, systems, training
 from miracl_eval.rerankers.registry import scoring_settings
 from miracl_eval.rerankers.stage import scored_depth
 from miracl_eval.report.plan import report_pages
+from miracl_eval.lucene.release import engine_facts, pyserini_release
+from snakemake.settings.types import DeploymentMethod
 
 DATASET = get_dataset(config["dataset"])
+# what the rows are matched on beside the configuration when compared with published numbers: the
+# pyserini release the Lucene jobs run (its 2CR references change between releases)
+ENGINE_FACTS = engine_facts(
+    pyserini_release(
+        workflow.basedir,
+        DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method,
+    )
+)
 PARTS = list(config["languages"])
 CORPORA = DATASET.corpora(PARTS)
 MEASURE_KEYS = [m.key for m in MEASURES]

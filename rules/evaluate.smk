@@ -53,6 +53,7 @@ rule tables:
         # the verdicts' tolerances; the rest of the run's config (what a published number is matched
         # on) is read from the config by the script: every setting it matches on changes the results
         reproduction=config["reproduction"],
+        engines=ENGINE_FACTS,
     script:
         "../scripts/tables.py"
 

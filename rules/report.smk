@@ -125,7 +125,7 @@ rule report_published:
         measures=MEASURE_NAMES,
         dataset=DATASET.name,
         split=config["split"],
-        run_config=config,
+        run_config={**config, **ENGINE_FACTS},
     script:
         "../scripts/report_published.py"
 

@@ -19,7 +19,7 @@ run_stage(
         reproduction={
             "dataset": sm.params.dataset,
             "split": sm.params.split,
-            "run_config": {**sm.config, "reproduction": sm.params.reproduction},
+            "run_config": {**sm.config, **sm.params.engines, "reproduction": sm.params.reproduction},
             "comparability": sm.input.comparability,
             "output": sm.output.reproduction,
         },

@@ -20,6 +20,7 @@ from miracl_eval.config.validate import validate
 from miracl_eval.encoders.outputs import iter_sparse_batches, iter_vector_batches, vector_dim
 from miracl_eval.errors import ConfigError, InputError
 from miracl_eval.lucene.anserini import autoclass
+from miracl_eval.lucene.release import engine_facts, installed_release
 from miracl_eval.lucene.sparse import FACTOR, quantize, term
 from miracl_eval.types import PathLike
 
@@ -212,6 +213,12 @@ BM25_LANGS = ["ar", "en", "sw", "th", "yo", "zh"]
 
 
 # ------------------------------------------------------------------ reference implementations
+
+
+def run_config(raw: Mapping[str, Any], release: str | None = None) -> dict[str, Any]:
+    """A validated configuration with the facts the tables and the report add to it (the pyserini
+    release, by default the installed one's, as a run without conda environments)."""
+    return {**validate(dict(raw)), **engine_facts(release or installed_release())}
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:

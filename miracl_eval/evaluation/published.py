@@ -17,6 +17,10 @@ when the run's configuration matches the source's:
   ``model.weights.sparse=0.3``, ``model.pooling=mean``, ``bm25.tokenizer=lucene-analyzer`` or
   ``first_stage.model=BAAI/bge-m3`` (``null``: a setting that is none, ``model.dimensions=null``).
 
+pyserini's references also require ``pyserini.release``: a run is compared with the references of the
+pyserini release its Lucene jobs run (:mod:`miracl_eval.lucene.release`; the tables and the report add it
+to the run's configuration), and with neither set when it runs another.
+
 Each comparison carries a note (``notes.tsv`` beside the numbers; for a reranked row, its first stage).
 
 Facts that are true of every run of this workflow but are not configuration keys are added
@@ -53,6 +57,9 @@ FILES: tuple[str, ...] = (
     "pyserini_miracl_bm25.tsv",
     "pyserini_miracl_dense.tsv",
     "pyserini_miracl_hybrid.tsv",
+    "pyserini_2.4.0_miracl_bm25.tsv",
+    "pyserini_2.4.0_miracl_dense.tsv",
+    "pyserini_2.4.0_miracl_hybrid.tsv",
     "mteb_miracl_e5.tsv",
     "messirve_test.tsv",
     "flagembedding_miracl_rerankers.tsv",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from miracl_eval.config.validate import validate
 from miracl_eval.errors import InputError
 from miracl_eval.evaluation import published
 from miracl_eval.inputs.datasets import MIRACL_LANGUAGES
+from tests.helpers import run_config
 
 DATA = published.data_dir()
 M3_METHODS = ("bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m3/dense+sparse", "bge-m3/all")
@@ -21,7 +21,7 @@ M3_METHODS = ("bm25", "bge-m3/dense", "bge-m3/sparse", "bge-m3/multivec", "bge-m
 
 def m3_run(bm25: dict | None = None, **settings: object) -> dict:
     """A validated full-MIRACL run config with every BGE-M3 row; ``settings`` override bge-m3's."""
-    return validate(
+    return run_config(
         {
             "languages": list(MIRACL_LANGUAGES),
             "models": {"bge-m3": settings},
@@ -46,7 +46,8 @@ def test_files_and_sources_are_shipped() -> None:
     ids = {r.source_id for r in published.load_published()}
     assert ids == {
         "bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "pyserini-1.6.0-2cr-dense", "pyserini-1.6.0-2cr-hybrid",
-        "mteb-results", "messirve-full", "flagembedding-rerankers",
+        "pyserini-2.4.0-2cr", "pyserini-2.4.0-2cr-dense", "pyserini-2.4.0-2cr-hybrid",
+        "mteb-results", "messirve-v1.0-notebook", "messirve-v1.0-figure3", "flagembedding-rerankers",
     }  # fmt: skip
     for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994",
                    "miracl-bge-m3.png"):  # fmt: skip
@@ -187,7 +188,7 @@ def test_side_by_side_requires_matching_configuration() -> None:
 def test_published_rows_follow_the_checkpoint_not_the_models_name() -> None:
     """A model named otherwise but with BGE-M3's checkpoint and settings is compared; the preset's
     name with another checkpoint is not."""
-    cfg = validate(
+    cfg = run_config(
         {
             "languages": ["sw"],
             "models": {"m3-copy": {"family": "bge-m3", "checkpoint": "BAAI/bge-m3"}, "bge-m3": {"checkpoint": "/x"}},
@@ -211,7 +212,7 @@ def test_mismatch_explains() -> None:
 
 
 def test_side_by_side_messirve_bm25() -> None:
-    cfg = validate(
+    cfg = run_config(
         {
             "dataset": "messirve",
             "languages": ["full", "ar"],
@@ -220,9 +221,12 @@ def test_side_by_side_messirve_bm25() -> None:
         }
     )
     table = published.side_by_side({"bm25": {"full": 0.2, "ar": 0.3}}, "messirve", "test", "nDCG@10", cfg)
-    assert [(t["partition"], t["theirs"], t["published"]) for t in table] == [("full", 0.1785, "0.1785")]
+    assert [(t["partition"], t["theirs"], t["published"]) for t in table] == [
+        ("full", 0.1785, "0.1785"),
+        ("ar", 0.1745, "0.1745"),
+    ]
     assert table[0]["diff"] == 0.2 - 0.1785
-    # e5 and OpenAI rows are reference only
+    # the source has no BGE-M3 row
     assert published.side_by_side({"bge-m3/dense": {"full": 0.5}}, "messirve", "test", "nDCG@10", cfg) == []
 
 
@@ -265,7 +269,7 @@ def test_read_results_table_round_trip(tmp_path: Path) -> None:
 
 def test_me5_large_rows_are_compared_only_with_that_checkpoint_and_settings() -> None:
     def me5_rows(**settings: object) -> set[str]:
-        cfg = validate(
+        cfg = run_config(
             {"languages": list(MIRACL_LANGUAGES), "models": {"me5-large": settings}, "methods": ["me5-large/dense"]}
         )
         table = published.side_by_side({"me5-large/dense": {"sw": 0.7}}, "miracl", "dev", "nDCG@10", cfg)
@@ -282,7 +286,7 @@ def test_openai_rows_are_compared_only_with_openais_own_full_size_model() -> Non
     """BGE-M3 Table 1's OpenAI-3 mean and MessIRve's text-embedding-3-large: OpenAI's API, full dimension."""
 
     def rows(dataset: str, languages: list[str], **settings: object) -> set[str]:
-        cfg = validate({"dataset": dataset, "languages": languages, "models": {"openai-3-large": settings},
+        cfg = run_config({"dataset": dataset, "languages": languages, "models": {"openai-3-large": settings},
                         "methods": ["openai-3-large/dense"]})  # fmt: skip
         ours = {"openai-3-large/dense": dict.fromkeys(languages, 0.5)}
         split = "dev" if dataset == "miracl" else "test"
@@ -290,7 +294,7 @@ def test_openai_rows_are_compared_only_with_openais_own_full_size_model() -> Non
         return {str(t["system"]) for t in published.side_by_side(ours, dataset, split, measure, cfg)}
 
     assert rows("miracl", list(MIRACL_LANGUAGES)) == {"OpenAI-3 (text-embedding-3-large)"}
-    assert rows("messirve", ["full"]) == {"OpenAI text-embedding-3-large"}
+    assert rows("messirve", ["full"]) == {"OpenAI-large"}  # MessIRve's Figure 3 label
     assert rows("miracl", list(MIRACL_LANGUAGES), dimensions=256) == set()
     assert rows("miracl", list(MIRACL_LANGUAGES), base_url="http://127.0.0.1:8000/v1") == set()  # a local server
     assert rows("miracl", list(MIRACL_LANGUAGES), model="text-embedding-3-small") == set()
@@ -298,7 +302,7 @@ def test_openai_rows_are_compared_only_with_openais_own_full_size_model() -> Non
 
 def test_pyserini_hybrid_rows_need_bm25_first_and_its_interpolation() -> None:
     def hybrid_rows(systems: list[str], **settings: object) -> set[str]:
-        cfg = validate(
+        cfg = run_config(
             {
                 "languages": list(MIRACL_LANGUAGES),
                 "models": {"mdpr": {}},
@@ -315,7 +319,7 @@ def test_pyserini_hybrid_rows_need_bm25_first_and_its_interpolation() -> None:
 
 
 def _reranked_run(methods: list[str], **reranker: object) -> dict:
-    return validate({"languages": list(MIRACL_LANGUAGES), "models": {"bge-m3": {}},
+    return run_config({"languages": list(MIRACL_LANGUAGES), "models": {"bge-m3": {}},
                      "rerankers": {"bge-reranker-v2-m3": reranker, "bge-reranker-v2-gemma": {}}, "methods": methods})  # fmt: skip
 
 

@@ -57,7 +57,7 @@ def test_pyserini_dense_rows_equal_the_2cr_yaml(
         assert len(r.text) == 6  # as printed in the yaml, four decimals (0.4190 keeps its zero)
         args = shlex.split(cond["command"])
         assert args[args.index("--encoder") + 1] == r.model == model
-        assert dict(r.config) == {"model.pooling": pooling, "model.normalize": "false"}
+        assert dict(r.config) == {"model.pooling": pooling, "model.normalize": "false", "pyserini.release": "1.6.0"}
 
 
 def test_pyserini_hybrid_rows_equal_the_2cr_yaml(two_click: dict[str, dict]) -> None:
@@ -76,7 +76,8 @@ def test_pyserini_hybrid_rows_equal_the_2cr_yaml(two_click: dict[str, dict]) -> 
         assert args[args.index("--runs") + 1 : args.index("--runs") + 3] == ["${bm25_output}", "${mdpr_output}"]
         settings = {key: args[args.index(f"--{key}") + 1] for key in ("method", "alpha", "depth", "k")}
         # BM25's run first, then the dense run
-        expected = {"hybrid.systems": "bm25+dense", **{f"hybrid.{key}": value for key, value in settings.items()}}
+        expected = {"hybrid.systems": "bm25+dense", **{f"hybrid.{key}": value for key, value in settings.items()},
+                    "pyserini.release": "1.6.0"}  # fmt: skip
         assert dict(r.config) == expected
 
 
