@@ -76,6 +76,13 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
 
+    def set(self, done: int) -> None:
+        """``done`` items done in all (a count the stage reads from elsewhere, e.g. Anserini's log)."""
+        with self._lock:
+            step, self.done = done - self.done, done
+        if self._bar is not None and step > 0:
+            self._bar.update(step)
+
     def line(self) -> str:
         """Where the stage stands, in words."""
         with self._lock:

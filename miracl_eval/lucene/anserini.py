@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output, scratch_dir
 from miracl_eval.errors import InputError, MiraclEvalError
+from miracl_eval.jobs.progress import Progress
 from miracl_eval.lucene.analyzers import Analysis
 from miracl_eval.lucene.jvm import ensure_jvm, java_executable, job_options
 from miracl_eval.runs import rank_table
@@ -198,17 +199,20 @@ def json_strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.binary_join_element_wise(quote, values, quote, pa.scalar("", values.type))
 
 
-def write_collection(chunks: Iterator[pa.Array], folder: Path, files: int) -> int:
+def write_collection(chunks: Iterator[pa.Array], folder: Path, files: int, total: int | None = None) -> int:
     """Write chunks of JSONL lines (string arrays, each line ending with a newline) to ``files`` JSONL
-    files, each chunk split evenly over them (Anserini reads one file per thread). Returns #lines."""
+    files, each chunk split evenly over them (Anserini reads one file per thread). Returns #lines.
+    ``total``: the passages expected (for the progress lines' time left)."""
     n = 0
     with ExitStack() as stack:
         handles = [stack.enter_context(open(folder / f"part-{i:03d}.jsonl", "wb")) for i in range(files)]
+        progress = stack.enter_context(Progress(total, "write the collection for Anserini", "passages", log))
         for chunk in chunks:
             cuts = [len(chunk) * i // files for i in range(files + 1)]
             for fh, lo, hi in zip(handles, cuts[:-1], cuts[1:], strict=True):
                 schemas.write_strings(fh, chunk.slice(lo, hi - lo))
             n += len(chunk)
+            progress.update(len(chunk))
     return n
 
 
@@ -217,15 +221,30 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # prctl(PR_SET_PDEATHSIG, SIGKILL)
 
 
+#: IndexCollection's count of documents so far (its line once a minute, "12.50% of files completed, 1,234
+#: documents indexed", and its last lines)
+_INDEXED_SO_FAR = re.compile(r"([\d,]+) documents indexed")
+#: seconds between two looks at a running Anserini's output
+POLL_SECONDS = 1.0
+
+
+def indexed_so_far(output: str) -> int | None:
+    """The latest count of documents indexed that IndexCollection's ``output`` gives, None if none yet."""
+    found = _INDEXED_SO_FAR.findall(output)
+    return int(found[-1].replace(",", "")) if found else None
+
+
 def run_anserini(
     main_class: str,
     args: list[str],
     log_path: str | os.PathLike[str] | None,
     heap: str,
     jvm_options: tuple[str, ...] = (),
+    on_output: Callable[[str], None] | None = None,
 ) -> str:
     """Run an Anserini program in its own JVM; its output goes to ``log_path`` as it runs (appended),
-    and is returned."""
+    and is returned. ``on_output`` is given each new part of the output while it runs (looked at every
+    :data:`POLL_SECONDS`; a part may end inside a line)."""
     cmd = [java_executable(), f"-Xmx{heap}", *jvm_options, "-cp", anserini_jar(), main_class, *args]
     log.info("running %s", " ".join(cmd))
     preexec = _die_with_parent if sys.platform == "linux" else None
@@ -235,7 +254,23 @@ def run_anserini(
         else:
             out = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
         start = out.seek(0, os.SEEK_END)
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=preexec)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        read_up_to = start
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=POLL_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    if on_output is not None:  # read without moving the offset Anserini writes at
+                        size = os.fstat(out.fileno()).st_size
+                        if size > read_up_to:
+                            on_output(os.pread(out.fileno(), size - read_up_to, read_up_to).decode("utf-8", "replace"))
+                            read_up_to = size
+        finally:
+            if proc.poll() is None:  # this job is stopping (an exception): no Anserini outlives it
+                proc.kill()
+                proc.wait()
         out.seek(start)
         output = out.read()
     if proc.returncode != 0:
@@ -271,9 +306,20 @@ def build_index(
     out = Path(output)
     with atomic_output(out, directory=True) as index, scratch_dir(out) as collection:
         written = write(collection)
-        output = run_anserini(
-            "io.anserini.index.IndexCollection", args(collection, index), log_path, heap, job_options(written)
-        )
+        with Progress(written, f"index {out}", "passages", log) as progress:
+
+            partial = [""]  # a line not ended yet
+
+            def seen(output: str) -> None:
+                lines, _, partial[0] = (partial[0] + output).rpartition("\n")
+                done = indexed_so_far(lines)
+                if done is not None:
+                    progress.set(done)
+
+            output = run_anserini(
+                "io.anserini.index.IndexCollection", args(collection, index), log_path, heap, job_options(written),
+                on_output=seen,
+            )  # fmt: skip
         # Anserini's own count of what it added (it logs, but does not fail on, a document it
         # cannot analyse): no second JVM to open the index and count it
         counts = indexed_counts(output)

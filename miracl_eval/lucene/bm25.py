@@ -78,7 +78,7 @@ def build_bm25_index(
         ]  # fmt: skip
 
     def write(folder: Path) -> int:
-        written = write_collection(chunks(), folder, threads)
+        written = write_collection(chunks(), folder, threads, total=schemas.count_rows(corpus))
         if empty:
             log.warning(
                 "%d of %d passages are empty after analysis and are not indexed (BM25 cannot retrieve them), "

@@ -147,7 +147,8 @@ def build_sparse_index(
         if kept < total:
             log.warning("%d of %d passages have no lexical weight after quantization; not indexed", total - kept, total)
 
-    result = build_impact_index(chunks, index_out, threads=threads, log_path=log_path, heap=heap)
+    total = sum(schemas.count_rows(shard) for shard in shards)
+    result = build_impact_index(chunks, index_out, threads=threads, log_path=log_path, heap=heap, total=total)
     log.info("impact index of %d passages -> %s", result.documents, index_out)
     return result
 
@@ -198,9 +199,11 @@ def build_impact_index(
     threads: int = 1,
     log_path: str | os.PathLike[str] | None = None,
     heap: str = "4g",
+    total: int | None = None,
 ) -> IndexResult:
     """Index integer term weights as a Lucene impact index, from chunks of ``JsonVectorCollection``
-    lines (``{"id": ..., "vector": {term: weight}}`` and a newline each, as string arrays).
+    lines (``{"id": ..., "vector": {term: weight}}`` and a newline each, as string arrays); ``total``:
+    the passages expected (for the progress lines).
 
     The index must hold as many documents as ``chunks`` yields lines.
     """
@@ -212,7 +215,7 @@ def build_impact_index(
             "-impact", "-pretokenized",
         ]  # fmt: skip
 
-    return build_index(output, lambda d: write_collection(chunks(), d, threads), args, log_path, heap)
+    return build_index(output, lambda d: write_collection(chunks(), d, threads, total), args, log_path, heap)
 
 
 def impact_search(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 import pytest
@@ -71,3 +72,49 @@ def test_rerankers_count_by_batch(tiny_checkpoints) -> None:
 
 def test_the_period_is_thirty_seconds() -> None:
     assert progress_module.EVERY == 30.0
+
+
+def test_set_counts_what_a_stage_reads_elsewhere() -> None:
+    now = [0.0]
+    p = Progress(1000, "index x", "passages", log, clock=lambda: now[0])
+    p.started, now[0] = 0.0, 10.0
+    p.set(250)
+    p.set(250)  # the same count read again adds nothing
+    assert p.line() == "index x: 250 of 1,000 passages (25.0 %), 25.0 passages/s, about 30 s left"
+
+
+FAKE_JAVA = """#!{python}
+import sys, time
+# IndexCollection's progress line once a minute, here in pieces (a read may end inside a line)
+for piece in ("2024-01-01 00:00:00 IndexCollection - 50.00% of files completed, 1,2", "34 documents indexed\\n"):
+    sys.stdout.write(piece); sys.stdout.flush(); time.sleep(0.3)
+time.sleep(0.6)
+sys.stdout.write("2024-01-01 00:01:00 IndexCollection - indexed:        2,468\\n")
+"""
+
+
+def test_lucene_indexing_reports_anserinis_count_while_it_runs(
+    tmp_path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anserini logs its count once a minute: the index job's progress lines (at least every period) carry it,
+    with the rate and the time left; a count cut between two reads is read whole."""
+    from miracl_eval.lucene import anserini
+
+    java = tmp_path / "java"
+    java.write_text(FAKE_JAVA.format(python=sys.executable))
+    java.chmod(0o755)
+    monkeypatch.setattr(anserini, "java_executable", lambda: str(java))
+    monkeypatch.setattr(anserini, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(progress_module, "EVERY", 0.1)
+
+    def write(folder) -> int:
+        (folder / "part-000.jsonl").write_text("")
+        return 2468
+
+    with caplog.at_level(logging.INFO, logger=anserini.log.name):
+        anserini.build_index(tmp_path / "index", write, lambda i, o: [], None, "1g")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"index {tmp_path / 'index'}: ")]
+    counts = {line.split(": ")[1].split(" of ")[0] for line in lines}
+    assert counts <= {"0", "1,234", "2,468"} and "1,234" in counts, lines
+    assert any("1,234 of 2,468 passages (50.0 %)" in line and "passages/s, about" in line for line in lines)
+    assert (tmp_path / "index").is_dir()
