@@ -42,13 +42,17 @@ class Preset:
     settings: Mapping[str, Any]
     #: how the preset's ``trained_on`` is known
     training_source: str = ""
+    #: why the workflow cannot run the model (said when the preset is used); empty: it can
+    refused: str = ""
 
 
 def load_presets(path: Path) -> dict[str, Preset]:
     """The presets of a shipped presets file, by name."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     return {
-        name: Preset(name, entry["source"], entry["settings"], entry.get("training_source", ""))
+        name: Preset(
+            name, entry["source"], entry["settings"], entry.get("training_source", ""), entry.get("refused", "")
+        )
         for name, entry in data.items()
     }
 
@@ -89,6 +93,9 @@ def preset_spec(
 def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """The full spec of model ``name`` from its config entry; ConfigError names ``models.<name>...``."""
     key = f"models.{name}"
+    preset = presets().get(name)
+    if preset is not None and preset.refused:
+        raise ConfigError(key, preset.refused)
     spec = preset_spec("models", name, given, presets(), FAMILIES)
     family = FAMILIES[spec["family"]]
     if family.remote and "model" in spec:  # an API's model: its name at the API is the model's checkpoint

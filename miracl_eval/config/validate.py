@@ -101,6 +101,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             "languages",
             f"unknown code(s) {', '.join(map(repr, bad))} for {dataset.name}; valid: {', '.join(dataset.partitions)}",
         )
+    for name, spec in cfg["models"].items():
+        fill_query_instruction(spec, dataset.query_instruction, f"models.{name}")
     if cfg["split"] is None:
         cfg["split"] = dataset.default_split
     if cfg["title_join"] is None:
@@ -118,6 +120,19 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     if cfg["hub"]["topics_from"] == "ir_datasets" and dataset.name != "miracl":
         raise ConfigError("hub.topics_from", f"ir_datasets holds MIRACL's topics and qrels, not {dataset.name}'s")
     return cfg
+
+
+def fill_query_instruction(spec: dict[str, Any], instruction: str, key: str) -> None:
+    """A model whose ``query_template`` has ``{task}`` gets the dataset's ``instruction`` unless its
+    ``query_instruction`` gives one; an instruction without a ``{task}`` to fill is an error."""
+    template = spec.get("query_template")
+    if "query_instruction" not in spec:
+        return
+    if template is not None and "{task}" in template:
+        if spec["query_instruction"] is None:
+            spec["query_instruction"] = instruction
+    elif spec["query_instruction"] is not None:
+        raise ConfigError(f"{key}.query_instruction", "is given, but query_template has no {task} to put it in")
 
 
 def fill_placeholders(template: str, partition: str) -> str:

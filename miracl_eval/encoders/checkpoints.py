@@ -81,10 +81,30 @@ _WEIGHT_FILES = (
 _TOKENIZER_FILES = ("tokenizer.json", "sentencepiece.bpe.model", "tokenizer.model", "spiece.model", "vocab.txt")
 
 
+def remote_code(config_json: Path) -> str:
+    """The classes a checkpoint's ``config.json`` maps to its own code (``auto_map``), joined; empty when none."""
+    import json
+
+    try:
+        config = json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    mapped = config.get("auto_map") if isinstance(config, dict) else None
+    if not isinstance(mapped, dict) or not mapped:
+        return ""
+    return ", ".join(f"{k}: {v}" for k, v in mapped.items())
+
+
 def check_checkpoint(path: Path) -> None:
     """Raise :class:`InputError` naming ``path`` and the missing file when it lacks config, weights or tokenizer."""
     if not (path / "config.json").is_file():
         raise InputError(path, "missing config.json: not a transformers checkpoint folder")
+    needs = remote_code(path / "config.json")
+    if needs:
+        raise InputError(
+            path / "config.json",
+            f"the checkpoint needs its own code ({needs}); this project never runs a checkpoint's code",
+        )
     if not any((path / name).is_file() for name in _WEIGHT_FILES):
         raise InputError(path, f"missing the model weights: {_WEIGHT_FILES[0]} (or {', '.join(_WEIGHT_FILES[1:])})")
     if not any((path / name).is_file() for name in _TOKENIZER_FILES) and not (path / "vocab.json").is_file():

@@ -1,8 +1,9 @@
 """The dense family: one vector per text from a transformers encoder or decoder (E5, GTE, mDPR,
 mContriever, E5-mistral, ...).
 
-* texts: a query is ``query_template`` with ``{query}`` replaced by it when the template is set,
-  else ``query_prefix + query``; a passage is ``passage_prefix + passage``;
+* texts: a query is ``query_template`` with ``{query}`` replaced by it (and ``{task}`` by
+  ``query_instruction``, the dataset's task instruction unless the config gives one) when the
+  template is set, else ``query_prefix + query``; a passage is ``passage_prefix + passage``;
 * pooling ``cls``: the first token's last hidden state (mDPR, BGE); ``mean``: the mean of the
   last hidden states over the text's tokens, special ones included (the attention mask, as
   sentence-transformers and pyserini); ``last``: the last token's state, the text ending with
@@ -32,7 +33,7 @@ from miracl_eval.encoders.base import (
     resolve_model_dir,
 )
 from miracl_eval.encoders.st_settings import MissingSettings, fill_from_checkpoint
-from miracl_eval.errors import InputError
+from miracl_eval.errors import ConfigError, InputError
 
 
 class DenseEncoder(TransformerEncoder):
@@ -52,6 +53,10 @@ class DenseEncoder(TransformerEncoder):
             return [prefix + t for t in texts]
         template = self.spec["query_template"]
         if template is not None:
+            if "{task}" in template:
+                if not self.spec.get("query_instruction"):
+                    raise ConfigError("query_instruction", "query_template has {task} and no instruction fills it")
+                template = template.replace("{task}", self.spec["query_instruction"])
             return [template.replace("{query}", t) for t in texts]
         prefix = self.spec["query_prefix"]
         return [prefix + t for t in texts]

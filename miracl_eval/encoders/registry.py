@@ -252,8 +252,16 @@ FAMILIES: Mapping[str, Family] = {
                 "pattern": "\\{query\\}",
                 "default": None,
                 "description": (
-                    "a query instruction such as 'Instruct: ...\\nQuery: {query}', every {query} replaced "
-                    "by the query; when set, query_prefix is not used"
+                    "a query instruction such as 'Instruct: {task}\\nQuery: {query}', every {query} replaced "
+                    "by the query and every {task} by query_instruction; when set, query_prefix is not used"
+                ),
+            },
+            "query_instruction": {
+                "type": ["string", "null"],
+                "default": None,
+                "description": (
+                    "the task description put in place of {task} in query_template; left out: the dataset's "
+                    "(MTEB's prompt for MIRACL). Changing it re-encodes the queries only"
                 ),
             },
         },

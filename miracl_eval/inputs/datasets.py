@@ -56,6 +56,9 @@ class Dataset:
     #: the release of the topics and qrels when the hub's file names fix it; None: resolved from
     #: the hub's file list (``hub.version_pattern``, setting ``hub.messirve_version``)
     version: str | None = None
+    #: the task instruction an instruction-tuned model's queries get (``{task}`` of a model's
+    #: ``query_template``) unless the model's ``query_instruction`` says otherwise
+    query_instruction: str = ""
 
     def corpus_of(self, partition: str) -> str:
         """The corpus that a partition's queries are searched against."""
@@ -68,6 +71,12 @@ class Dataset:
     def analyzer_language(self, corpus: str) -> str:
         return self.language if self.language is not None else corpus
 
+
+#: MTEB's prompt for MIRACL (``MIRACLRetrieval``'s and ``MIRACLRetrieval.v2``'s ``prompt["query"]``,
+#: mteb 2.26 ``tasks/retrieval/multilingual/miracl_retrieval.py``; e5-mistral's and Qwen3-Embedding's
+#: instruction for MIRACL). MTEB has no MessIRve task: its queries are questions that Spanish
+#: Wikipedia paragraphs answer, the task this instruction names, so MessIRve takes it too.
+WIKIPEDIA_QA_INSTRUCTION = "Given a question, retrieve Wikipedia passages that answer the question"
 
 MIRACL = Dataset(
     name="miracl",
@@ -84,6 +93,7 @@ MIRACL = Dataset(
         qrels_file="miracl-v1.0-{part}/qrels/qrels.miracl-v1.0-{part}-{split}.tsv",
     ),
     version="v1.0",
+    query_instruction=WIKIPEDIA_QA_INSTRUCTION,
 )
 
 MESSIRVE = Dataset(
@@ -106,6 +116,7 @@ MESSIRVE = Dataset(
     shared_corpus="eswiki",
     language="es",
     mean_column=False,
+    query_instruction=WIKIPEDIA_QA_INSTRUCTION,
 )
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE)}

@@ -307,7 +307,6 @@ def build_index(
     with atomic_output(out, directory=True) as index, scratch_dir(out) as collection:
         written = write(collection)
         with Progress(written, f"index {out}", "passages", log) as progress:
-
             partial = [""]  # a line not ended yet
 
             def seen(output: str) -> None:

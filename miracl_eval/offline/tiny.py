@@ -85,6 +85,12 @@ MISTRAL = TokenizerStyle(
     "<s> $A <s> $B",
     {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>"},
 )
+QWEN3 = TokenizerStyle(
+    ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+    "$A <|endoftext|>",  # Qwen3-Embedding's tokenizer ends every text with <|endoftext|>, its pad token too
+    "$A <|endoftext|> $B <|endoftext|>",
+    {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+)
 #: kind -> tokenizer style
 KINDS: Mapping[str, TokenizerStyle] = {
     "bge-m3": XLMR,
@@ -94,6 +100,7 @@ KINDS: Mapping[str, TokenizerStyle] = {
     "mlm": BERT,
     "cross-encoder": XLMR,  # an XLM-R sequence classifier with one label (a reranker's head)
     "llm": MISTRAL,  # a decoder with its language-model head (an LLM reranker's)
+    "qwen3": QWEN3,  # a Qwen3 decoder as Qwen3-Embedding's (last-token pooling)
 }
 #: the share of positive sparse weights the bias is fitted to, by kind
 POSITIVE_SHARE = {"bge-m3": 0.4, "mlm": 0.05}
@@ -171,6 +178,17 @@ def _model(
             tie_word_embeddings=False,
         )
         name = "MistralForCausalLM" if kind == "llm" else "MistralModel"
+    elif kind == "qwen3":
+        config = transformers.Qwen3Config(
+            **sizes,
+            num_key_value_heads=max(1, heads // 2),
+            head_dim=hidden // heads,
+            eos_token_id=0,
+            pad_token_id=0,
+            bos_token_id=None,
+            tie_word_embeddings=True,
+        )
+        name = "Qwen3Model"
     elif kind in ("bert", "mlm"):
         config = transformers.BertConfig(**sizes, type_vocab_size=2, pad_token_id=0)
         name = "BertForMaskedLM" if kind == "mlm" else "BertModel"

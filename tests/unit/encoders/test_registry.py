@@ -66,6 +66,7 @@ def test_resolve_fills_every_default():
         "query_prefix": None,  # left to the checkpoint's sentence-transformers files (none: no prompt)
         "passage_prefix": None,
         "query_template": None,
+        "query_instruction": None,
     }
 
 

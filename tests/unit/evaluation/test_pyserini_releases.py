@@ -74,7 +74,9 @@ def test_a_run_meets_the_references_of_its_own_release(release: str, shown: set[
         assert ko["published"] == ("0.4190" if release == "1.6.0" else "0.4533")
     # the facts are not configuration: without them, no pyserini reference is met
     cfg.pop("pyserini")
-    assert {str(r["source_id"]) for r in published.side_by_side(ours, "miracl", "dev", "nDCG@10", cfg)} == {"bge-m3-table11"}
+    assert {str(r["source_id"]) for r in published.side_by_side(ours, "miracl", "dev", "nDCG@10", cfg)} == {
+        "bge-m3-table11"
+    }
 
 
 def test_the_release_is_the_conda_pin_or_the_installed_one(tmp_path: Path) -> None:

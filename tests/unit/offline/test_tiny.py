@@ -204,7 +204,7 @@ def test_reranker_kinds_are_deterministic_and_score_pairs_apart(tiny_checkpoints
 
 
 def test_unknown_kind(texts, tmp_path):
-    assert set(KINDS) == {"bge-m3", "cross-encoder", "llm", *LAYOUTS}
+    assert set(KINDS) == {"bge-m3", "cross-encoder", "llm", "qwen3", *LAYOUTS}
     with pytest.raises(ValueError, match="unknown checkpoint kind 'gpt'"):
         build_tiny_checkpoint(tmp_path / "x", texts, kind="gpt")
     assert not (tmp_path / "x").exists()
