@@ -105,6 +105,8 @@ PATHS = {
     "dense_index": "resources/{dataset}/indexes/{corpus}/{model}/dense.faiss",
     # an exact search block's candidates for every partition of its corpus (rules/dense.smk)
     "dense_block": "resources/{dataset}/search/{model}/{corpus}/dense/{block}.parquet",
+    # int8 storage: the corpus's per-dimension ranges, from a sample of its passages (rules/dense.smk)
+    "int8_ranges": "resources/{dataset}/search/{model}/{corpus}/dense/int8_ranges.parquet",
     "dense_docids": "resources/{dataset}/indexes/{corpus}/{model}/dense.docids.parquet",
     "sparse_index": "resources/{dataset}/indexes/{corpus}/{model}/sparse",
     "scores": "resources/{dataset}/scores/{model}/{part}/{kind}/{chunk}.parquet",
@@ -355,6 +357,11 @@ def _corpus_shard_count(wildcards):
     return corpus, max(1, num_chunks(parquet, ENC["shard_size"]))
 
 
+def encoded_model(model):
+    """The model whose encodings ``model`` searches: itself, or the model a view is of (``view_of``)."""
+    return MODELS[model].get("view_of") or model
+
+
 def corpus_shards(kind):
     """The encoded shard files of a corpus (a job's params; its input is the blocks)."""
 
@@ -363,7 +370,7 @@ def corpus_shards(kind):
         return expand(
             path("shard", kind=kind),
             dataset=wildcards.dataset,
-            model=wildcards.model,
+            model=encoded_model(wildcards.model),
             corpus=corpus,
             shard=[shard_name(i) for i in range(n)],
         )
@@ -376,7 +383,9 @@ def corpus_blocks(wildcards):
     block size), else the blocks of `encoder.block_size` (miracl_eval.shards.covering_blocks).
     """
     corpus, n = _corpus_shard_count(wildcards)
-    fixed = dict(dataset=wildcards.dataset, model=wildcards.model, corpus=corpus)
+    fixed = dict(
+        dataset=wildcards.dataset, model=encoded_model(wildcards.model), corpus=corpus
+    )
     folder = os.path.dirname(expand(PATHS["encoded_block"], **fixed, block="x")[0])
     written = (
         [f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json")]
@@ -410,10 +419,37 @@ def block_shard_files(wildcards):
     return expand(
         path("shard", kind="dense"),
         dataset=wildcards.dataset,
-        model=wildcards.model,
+        model=encoded_model(wildcards.model),
         corpus=wildcards.corpus,
         shard=[shard_name(i) for i in block_shards(wildcards.block)],
     )
+
+
+def search_view(wildcards):
+    """How a model's vectors are searched (miracl_eval.faiss.storage.View): a job's params."""
+    spec = MODELS[wildcards.model]
+    return {
+        "dimensions": spec.get("dimensions"),
+        "storage": spec.get("storage", "float32"),
+        "normalize": bool(spec.get("normalize")),
+    }
+
+
+def int8_ranges(wildcards):
+    """A block search's int8 ranges file (none unless the model stores int8)."""
+    if MODELS[wildcards.model].get("storage") != "int8":
+        return []
+    return expand(
+        PATHS["int8_ranges"],
+        dataset=wildcards.dataset,
+        model=wildcards.model,
+        corpus=wildcards.corpus,
+    )
+
+
+def search_gpu(wildcards):
+    """A block search uses the GPU for vectors searched in float32 (others are scored on the CPU)."""
+    return GPU if MODELS[wildcards.model].get("storage", "float32") == "float32" else 0
 
 
 def query_chunks(kind):

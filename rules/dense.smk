@@ -8,15 +8,39 @@
 
 if DENSE_INDEX["type"] == "flat":
 
+    rule int8_ranges:
+        input:
+            corpus_blocks,
+        output:
+            PATHS["int8_ranges"],
+        log:
+            log_path("int8_ranges/{model}/{corpus}"),
+        benchmark:
+            benchmark_path("int8_ranges/{model}/{corpus}")
+        wildcard_constraints:
+            model=_alternatives(models_with("dense")),
+        conda:
+            "../envs/encode.yaml"
+        threads: 1
+        resources:
+            mem_mb=4000,
+        params:
+            shards=corpus_shards("dense"),
+            view=search_view,
+            sample=lambda wc: MODELS[wc.model]["calibration_passages"],
+        script:
+            "../scripts/int8_ranges.py"
+
     rule dense_block_search:
         input:
             blocks=corpus_blocks,
             queries=lambda wc: expand(
                 path("encoded_queries", kind="dense"),
                 dataset=wc.dataset,
-                model=wc.model,
+                model=encoded_model(wc.model),
                 part=corpus_parts(wc.corpus),
             ),
+            ranges=int8_ranges,
         output:
             PATHS["dense_block"],
         log:
@@ -30,12 +54,13 @@ if DENSE_INDEX["type"] == "flat":
         threads: config["threads"]
         resources:
             **request("dense_block_search"),
-            gpu=GPU,
+            gpu=search_gpu,
         params:
             shards=block_shard_files,
             parts=lambda wc: corpus_parts(wc.corpus),
             hits=config["hits"],
             device=ENC["device"],
+            view=search_view,
         script:
             "../scripts/dense_block_search.py"
 

@@ -13,7 +13,15 @@ run_stage(
         "miracl_eval.faiss.blocks",
         "block_search",
         plain((list(p.shards), dict(zip(p.parts, sm.input.queries, strict=True)), sm.output[0])),
-        plain(dict(hits=p.hits, device=p.device if sm.resources.get("gpu", 0) else "cpu", threads=sm.threads)),
+        plain(
+            dict(
+                hits=p.hits,
+                device=p.device if sm.resources.get("gpu", 0) else "cpu",
+                threads=sm.threads,
+                view=dict(p.view),
+                ranges=sm.input.ranges[0] if sm.input.ranges else None,
+            )
+        ),
     ),
     preload=sm.config["preload"],
 )

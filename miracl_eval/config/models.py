@@ -21,12 +21,12 @@ import yaml
 
 from miracl_eval.config.schema_tools import coerce_strings, first_error
 from miracl_eval.encoders.checkpoints import check_checkpoint, insecure_url
-from miracl_eval.encoders.registry import FAMILIES
+from miracl_eval.encoders.registry import FAMILIES, FROM_CHECKPOINT_KEY
 from miracl_eval.errors import ConfigError, InputError
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "presets.yaml"
 #: a model name: a path segment that is not a method name
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
 RESERVED = frozenset({"bm25"})
 #: where the workflow's own rules build checkpoints (a tiny model, me5-small): an input of the model's
 #: jobs, checked when loaded, not at start-up (it may not be built yet)
@@ -70,7 +70,7 @@ def preset_spec(
     overridden by those ``given``, with a known ``family``; ConfigError names ``{section}.{name}...``."""
     key = f"{section}.{name}"
     if not NAME.match(name) or name in RESERVED:
-        raise ConfigError(key, f"a {section[:-1]} name is letters, digits, '.', '_' and '-' (and not 'bm25')")
+        raise ConfigError(key, f"a {section[:-1]} name is letters, digits, '.', '_', '@' and '-' (and not 'bm25')")
     if given is None:
         given = {}
     if not isinstance(given, Mapping):
@@ -162,5 +162,38 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
             base[k] = copy.deepcopy(v)
 
 
+#: what a view of another model (``view_of``) may set: how the vectors are searched, not how they are made
+VIEW_KEYS = frozenset({"view_of", "dimensions", "storage", "calibration_passages"})
+
+
 def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: resolve_model(name, given) for name, given in models.items()}
+    """Every model's spec; a view (``view_of``) takes its model's settings and sets only :data:`VIEW_KEYS`."""
+    plain = {n: g for n, g in models.items() if not (isinstance(g, Mapping) and g.get("view_of") is not None)}
+    out = {name: resolve_model(name, given) for name, given in plain.items()}
+    for name, given in models.items():
+        if name in out:
+            continue
+        base = given["view_of"]
+        key = f"models.{name}"
+        if not NAME.match(name):
+            raise ConfigError(key, "a model name is letters, digits, '.', '_', '@' and '-'")
+        if base not in plain:
+            why = "a view itself" if base in models else "not under `models`"
+            raise ConfigError(
+                f"{key}.view_of", f"'{base}' is {why}: a view searches the encodings of a model of this run"
+            )
+        if out[base]["family"] != "dense":
+            raise ConfigError(f"{key}.view_of", f"'{base}' is a {out[base]['family']} model; views are of dense models")
+        other = sorted(set(given) - VIEW_KEYS)
+        if other:
+            raise ConfigError(
+                f"{key}.{other[0]}",
+                f"a view shares the encodings of '{base}': only {', '.join(sorted(VIEW_KEYS - {'view_of'}))} may be set",
+            )
+        schema = FAMILIES["dense"].schema()
+        spec = coerce_strings({**copy.deepcopy(out[base]), **given}, schema)
+        err = first_error({k: v for k, v in spec.items() if k != FROM_CHECKPOINT_KEY}, schema)
+        if err is not None:
+            raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
+        out[name] = spec
+    return {name: out[name] for name in models}

@@ -103,6 +103,13 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         )
     for name, spec in cfg["models"].items():
         fill_query_instruction(spec, dataset.query_instruction, f"models.{name}")
+        if spec["family"] == "dense" and cfg["dense_index"]["type"] != "flat":
+            for key, plain in (("dimensions", None), ("storage", "float32")):
+                if spec.get(key) != plain:
+                    raise ConfigError(
+                        f"models.{name}.{key}",
+                        f"is searched by the exact search only (dense_index.type: flat), not {cfg['dense_index']['type']}",
+                    )
     if cfg["split"] is None:
         cfg["split"] = dataset.default_split
     if cfg["title_join"] is None:

@@ -33,6 +33,44 @@ def _max_length(role: str) -> dict[str, Any]:
     }
 
 
+#: how a dense model's vectors are searched (miracl_eval.faiss.storage): settings read after encoding, so
+#: that views of one encoding (``view_of``) are rows of one run
+VIEW_SETTINGS: Mapping[str, Any] = {
+    "view_of": {
+        "type": ["string", "null"],
+        "default": None,
+        "description": (
+            "another model of this run whose encodings this one searches (its settings are that model's; only "
+            "dimensions, storage and calibration_passages may differ): no text is encoded again"
+        ),
+    },
+    "dimensions": {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "default": None,
+        "description": (
+            "search the first N dimensions of the vectors (Matryoshka), normalised again when the model "
+            "normalises; left out: all"
+        ),
+    },
+    "storage": {
+        "type": "string",
+        "enum": ["float32", "float16", "int8", "binary"],
+        "default": "float32",
+        "description": (
+            "how the passage vectors are held for the exact search: float32, float16, int8 (per-dimension "
+            "ranges calibrated on a sample of the corpus) or binary (sign bits, scored by Hamming distance)"
+        ),
+    },
+    "calibration_passages": {
+        "type": "integer",
+        "minimum": 1,
+        "default": 100_000,
+        "description": "passages of a corpus (taken evenly over it) whose ranges calibrate int8 storage",
+    },
+}
+
+
 def _quantization(scale: float, rounding: str, description: str) -> dict[str, Any]:
     return {
         "type": "object",
@@ -264,8 +302,10 @@ FAMILIES: Mapping[str, Family] = {
                     "(MTEB's prompt for MIRACL). Changing it re-encodes the queries only"
                 ),
             },
+            **VIEW_SETTINGS,
         },
         module="miracl_eval.encoders.dense",
+        retrieval_settings=tuple(VIEW_SETTINGS),
     ),
     "openai": Family(
         name="openai",

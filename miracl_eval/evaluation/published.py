@@ -72,6 +72,9 @@ COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 METHODS = frozenset({*METHOD_NAMES, "hybrid", RERANKED})
 MEAN = metrics.MEAN
+#: a dense model's search settings whose other values make a row another system than a source's, unless
+#: the source's row says otherwise (a truncated or quantised view of a model: miracl_eval.faiss.storage)
+SEARCH_AS_ENCODED: Mapping[str, object] = {"model.dimensions": None, "model.storage": "float32"}
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}
 
@@ -236,6 +239,10 @@ def mismatch(row: Row, facts: Mapping[str, object]) -> str | None:
     for key, value in row.config:
         if not _same(facts.get(key), value):
             return f"{key} is {facts.get(key)!r}, the source has {value}"
+    said = {key for key, _ in row.config}
+    for key, plain in SEARCH_AS_ENCODED.items():
+        if key not in said and facts.get(key, plain) != plain:
+            return f"{key} is {facts.get(key)!r}: the source searched the vectors as encoded"
     return None
 
 

@@ -32,6 +32,7 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output
 from miracl_eval.encoders.outputs import iter_vector_batches, vector_dim
 from miracl_eval.errors import InputError, MiraclEvalError
+from miracl_eval.faiss.storage import Stored, View, int8_ranges, truncate
 from miracl_eval.jobs.progress import Progress
 from miracl_eval.runs import RunWriter, rank_table
 from miracl_eval.types import PathLike
@@ -45,6 +46,8 @@ PRELOAD = ("numpy", "pyarrow.parquet")
 MERGE_CHUNK = schemas.DENSE_MERGE_CHUNK
 #: a block file's candidates (scores as float32, as computed)
 CANDIDATES = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("score", pa.float32())])
+#: a corpus's int8 ranges (rule ``int8_ranges``): per dimension the calibration sample's minimum and maximum
+RANGES = pa.schema([("min", pa.float32()), ("max", pa.float32())])
 #: the key-value metadata of a block file: its chunks, ``[[partition, queries], ...]`` in row group order
 CHUNKS_KEY = b"miracl_eval.chunks"
 
@@ -106,13 +109,7 @@ class _Scorer:
         return tuple(np.concatenate(x) for x in zip(*out, strict=True))  # type: ignore[return-value]
 
     def _top_cpu(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        scores = q @ self.vectors.T  # float32 [b, n]
-        if self.n > self.hits:
-            last = np.partition(scores, self.n - self.hits, axis=1)[:, self.n - self.hits]  # each row's hits-th best
-            rows, cols = np.nonzero(scores >= last[:, None])
-        else:
-            rows, cols = np.nonzero(np.ones(scores.shape, dtype=bool))
-        return rows.astype(np.int64), cols.astype(np.int64), scores[rows, cols]
+        return _keep_top(q @ self.vectors.T, self.hits)  # float32 [b, n]
 
     def _top_gpu(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         torch = self.torch
@@ -125,6 +122,60 @@ class _Scorer:
         rows, cols = torch.nonzero(keep, as_tuple=True)
         kept = scores[rows, cols]
         return rows.cpu().numpy(), cols.cpu().numpy(), kept.cpu().numpy()
+
+
+def _keep_top(scores: np.ndarray, hits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row, column, score)`` of each row's top ``hits`` scores and every tie of the last."""
+    n = scores.shape[1]
+    if n > hits:
+        last = np.partition(scores, n - hits, axis=1)[:, n - hits]  # each row's hits-th best
+        rows, cols = np.nonzero(scores >= last[:, None])
+    else:
+        rows, cols = np.nonzero(np.ones(scores.shape, dtype=bool))
+    return rows.astype(np.int64), cols.astype(np.int64), scores[rows, cols]
+
+
+class _StoredScorer(_Scorer):
+    """The top hits of a view's stored vectors (truncated, float16, int8 or binary: :mod:`.storage`),
+    scored on the CPU."""
+
+    def __init__(self, stored: Stored, hits: int, memory_mb: int) -> None:
+        self.stored, self.n, self.hits, self.torch = stored, stored.n, hits, None
+        self.rows = max(1, (memory_mb << 20) // max(1, 4 * self.n))
+
+    def _top_cpu(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _keep_top(self.stored.scores(q), self.hits)
+
+
+def read_ranges(path: PathLike) -> np.ndarray:
+    """The int8 ranges of a corpus (:func:`calibrate`'s file), 2 x d float32."""
+    table = schemas.read_table(path, RANGES)
+    return np.vstack([table.column("min").to_numpy(), table.column("max").to_numpy()]).astype(np.float32)
+
+
+def calibrate(shards: Sequence[PathLike], output: PathLike, view: Mapping[str, Any], sample: int = 100_000) -> int:
+    """Stage entry point (rule ``int8_ranges``): the per-dimension ranges of about ``sample`` passage
+    vectors of a corpus, taken evenly over its shards (every k-th vector) and seen through the view's
+    truncation, written as Parquet (``min``, ``max``). Returns the vectors used."""
+    shards = list(shards)
+    total = sum(schemas.count_rows(p) for p in shards)
+    if total == 0:
+        raise InputError(shards[0], "the corpus's shards hold no vectors")
+    step = max(1, total // sample)
+    v = View.of(dict(view))
+    picked: list[np.ndarray] = []
+    at = used = 0
+    _, dim, _ = vector_dim(shards[0], "docid")
+    for _, vecs in iter_vector_batches(shards, key="docid", dim=dim):
+        first = (-at) % step
+        chosen = vecs[first::step]
+        picked.append(truncate(chosen, v.dimensions, v.normalize))
+        used += len(chosen)
+        at += len(vecs)
+    ranges = int8_ranges(picked)
+    schemas.write_table(pa.table({"min": ranges[0], "max": ranges[1]}), output, RANGES)
+    log.info("int8 ranges of %d dimensions from %d of %d passages -> %s", ranges.shape[1], used, total, output)
+    return used
 
 
 def _resolve(device: str) -> str:
@@ -145,11 +196,15 @@ def block_search(
     device: str = "cpu",
     memory_mb: int = 1024,
     threads: int | None = None,
+    view: Mapping[str, Any] | None = None,
+    ranges: PathLike | None = None,
 ) -> dict[str, Any]:
     """Score the queries of every partition in ``queries`` (partition -> query vector file) against
     the passages of one block's vector ``shards``; write each query's top ``hits`` and the passages
     tied with the last of them to ``output`` (atomically). ``device``: ``cpu``, ``cuda`` or ``auto``
-    (the GPU when torch can use one)."""
+    (the GPU when torch can use one). ``view``: the model's ``dimensions``, ``storage`` and
+    ``normalize`` (:mod:`miracl_eval.faiss.storage`; int8 needs the corpus's ``ranges`` file); a view
+    stored otherwise than in float32 is scored on the CPU."""
     if hits < 1:
         raise ValueError("hits must be positive")
     if threads:
@@ -162,7 +217,18 @@ def block_search(
     started = time.perf_counter()
     device = _resolve(device)
     docids, vectors = _block_vectors(shards)
-    scorer = _Scorer(vectors, hits, device, memory_mb)
+    dim = vectors.shape[1]  # as encoded (the queries' too)
+    look = View.of(dict(view) if view else None)
+    if look.dimensions is not None and look.dimensions > dim:
+        raise InputError(shards[0], f"the model's dimensions setting ({look.dimensions}) exceeds its vectors' {dim}")
+    scorer: _Scorer
+    if look.storage == "float32":  # as encoded, or truncated: on the job's device
+        vectors = truncate(vectors, look.dimensions, look.normalize)
+        scorer = _Scorer(vectors, hits, device, memory_mb)
+    else:
+        scorer = _StoredScorer(Stored(vectors, look, read_ranges(ranges) if ranges else None), hits, memory_mb)
+        del vectors  # the block is held in the view's storage only
+        device = "cpu"
     chunks: list[list[Any]] = []
     rows = 0
     total = sum(schemas.count_rows(path) for path in queries.values())
@@ -173,7 +239,9 @@ def block_search(
         schema = CANDIDATES
         writer = pq.ParquetWriter(tmp, schema, compression="zstd")
         try:
-            for part, qids, qvecs in _query_chunks(queries, vectors.shape[1]):
+            for part, qids, qvecs in _query_chunks(queries, dim):
+                if look.storage == "float32":
+                    qvecs = truncate(qvecs, look.dimensions, look.normalize)
                 qrow, col, score = scorer.top(np.ascontiguousarray(qvecs, dtype=np.float32))
                 table = pa.table(
                     {

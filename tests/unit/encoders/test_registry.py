@@ -67,6 +67,10 @@ def test_resolve_fills_every_default():
         "passage_prefix": None,
         "query_template": None,
         "query_instruction": None,
+        "view_of": None,  # how the vectors are searched: as encoded
+        "dimensions": None,
+        "storage": "float32",
+        "calibration_passages": 100_000,
     }
 
 

@@ -1,0 +1,63 @@
+"""Views of a model's encodings in the config (``view_of``, ``dimensions``, ``storage``): what they take from
+their model, what they may change, and that a view is never compared with a source's full vectors."""
+
+from __future__ import annotations
+
+import pytest
+
+from miracl_eval.config.validate import validate
+from miracl_eval.encoders.registry import encoding_settings
+from miracl_eval.errors import ConfigError
+from miracl_eval.evaluation import published
+from miracl_eval.inputs.datasets import MIRACL_LANGUAGES
+
+
+def run(models: dict, methods: list[str], **more: object) -> dict:
+    return validate({"languages": ["sw"], "models": models, "methods": methods, **more})
+
+
+def test_a_view_is_its_model_with_other_search_settings() -> None:
+    cfg = run({"me5-large": {}, "me5-large@256": {"view_of": "me5-large", "dimensions": "256", "storage": "int8"}},
+              ["me5-large/dense", "me5-large@256/dense"])  # fmt: skip
+    base, view = cfg["models"]["me5-large"], cfg["models"]["me5-large@256"]
+    assert (view["dimensions"], view["storage"], view["view_of"]) == (256, "int8", "me5-large")  # strings converted
+    assert view["checkpoint"] == base["checkpoint"] and view["query_prefix"] == base["query_prefix"]
+    for role in ("query", "passage"):  # the same encodings: nothing is encoded for the view
+        assert encoding_settings(view, role) == encoding_settings(base, role)
+
+
+@pytest.mark.parametrize(
+    ("models", "key", "message"),
+    [
+        ({"v": {"view_of": "nope"}}, "models.v.view_of", "'nope' is not under `models`"),
+        ({"a": {"view_of": "me5-large"}, "me5-large": {}, "b": {"view_of": "a"}}, "models.b.view_of", "a view itself"),
+        ({"bge-m3": {}, "v": {"view_of": "bge-m3"}}, "models.v.view_of", "bge-m3 model; views are of dense models"),
+        (
+            {"me5-large": {}, "v": {"view_of": "me5-large", "pooling": "cls"}},
+            "models.v.pooling",
+            "shares the encodings",
+        ),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "int4"}}, "models.v.storage", "int4"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": 0}}, "models.v.dimensions", "minimum"),
+    ],
+)
+def test_bad_views_name_their_key(models: dict, key: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=rf"'{key}'.*{message}"):
+        run(models, ["bm25"])
+
+
+def test_views_are_searched_exactly_only() -> None:
+    with pytest.raises(ConfigError, match=r"'models\.me5-large\.storage'.*exact search only.*hnsw"):
+        run({"me5-large": {"storage": "binary"}}, ["me5-large/dense"], dense_index={"type": "hnsw"})
+
+
+def test_a_view_never_meets_a_published_full_vector_row() -> None:
+    cfg = validate({"languages": list(MIRACL_LANGUAGES), "models": {"me5-large": {},
+                    "me5-large@256": {"view_of": "me5-large", "dimensions": 256}, "me5-large@int8": {"view_of":
+                    "me5-large", "storage": "int8"}}, "methods": ["me5-large/dense", "me5-large@256/dense",
+                    "me5-large@int8/dense"]})  # fmt: skip
+    ours = {label: dict.fromkeys(MIRACL_LANGUAGES, 0.5) for label in cfg["methods"]}
+    rows = published.side_by_side(ours, "miracl", "dev", "nDCG@10", cfg)
+    assert {r["method"] for r in rows} == {"me5-large/dense"} and rows
+    mE5 = next(r for r in published.load_published() if r.system == "mE5-large" and r.partition == "sw")
+    assert "model.dimensions is 256" in str(published.mismatch(mE5, published.row_facts(cfg, "me5-large@256/dense")))
