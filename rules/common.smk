@@ -428,10 +428,15 @@ def block_shard_files(wildcards):
 def search_view(wildcards):
     """How a model's vectors are searched (miracl_eval.faiss.storage.View): a job's params."""
     spec = MODELS[wildcards.model]
+    api = FAMILIES[spec["family"]].remote
     return {
-        "dimensions": spec.get("dimensions"),
+        # an API model's own dimensions are the API's (its vectors are that size); a view's truncate
+        "dimensions": (
+            spec.get("dimensions") if spec.get("view_of") or not api else None
+        ),
         "storage": spec.get("storage", "float32"),
-        "normalize": bool(spec.get("normalize")),
+        # an API's vectors are unit length (OpenAI's): a truncated view of them is normalised again
+        "normalize": True if api else bool(spec.get("normalize")),
     }
 
 

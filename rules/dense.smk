@@ -61,6 +61,7 @@ if DENSE_INDEX["type"] == "flat":
             hits=config["hits"],
             device=ENC["device"],
             view=search_view,
+            rescore=lambda wc: MODELS[wc.model].get("rescore", 0),
         script:
             "../scripts/dense_block_search.py"
 
@@ -84,6 +85,7 @@ if DENSE_INDEX["type"] == "flat":
         params:
             hits=config["hits"],
             tag=lambda wc: f"{wc.model}/dense",
+            rescore=lambda wc: MODELS[wc.model].get("rescore", 0),
         script:
             "../scripts/dense_merge.py"
 

@@ -20,6 +20,7 @@ run_stage(
                 threads=sm.threads,
                 view=dict(p.view),
                 ranges=sm.input.ranges[0] if sm.input.ranges else None,
+                rescore=p.rescore,
             )
         ),
     ),

@@ -13,7 +13,7 @@ run_stage(
         "miracl_eval.faiss.blocks",
         "merge_blocks",
         plain((list(sm.input), sm.wildcards.part, sm.output.run, sm.output.trec)),
-        plain(dict(hits=p.hits, tag=p.tag)),
+        plain(dict(hits=p.hits, tag=p.tag, rescore=p.rescore)),
     ),
     preload=sm.config["preload"],
 )

@@ -163,7 +163,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
 
 
 #: what a view of another model (``view_of``) may set: how the vectors are searched, not how they are made
-VIEW_KEYS = frozenset({"view_of", "dimensions", "storage", "calibration_passages"})
+VIEW_KEYS = frozenset({"view_of", "dimensions", "storage", "calibration_passages", "rescore"})
+#: the families whose single vectors a view can search (an API model's too: its dimensions truncate)
+VIEWED_FAMILIES = ("dense", "openai")
 
 
 def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -182,15 +184,18 @@ def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             raise ConfigError(
                 f"{key}.view_of", f"'{base}' is {why}: a view searches the encodings of a model of this run"
             )
-        if out[base]["family"] != "dense":
-            raise ConfigError(f"{key}.view_of", f"'{base}' is a {out[base]['family']} model; views are of dense models")
+        family = out[base]["family"]
+        if family not in VIEWED_FAMILIES:
+            raise ConfigError(
+                f"{key}.view_of", f"'{base}' is a {family} model; views are of {' and '.join(VIEWED_FAMILIES)} models"
+            )
         other = sorted(set(given) - VIEW_KEYS)
         if other:
             raise ConfigError(
                 f"{key}.{other[0]}",
                 f"a view shares the encodings of '{base}': only {', '.join(sorted(VIEW_KEYS - {'view_of'}))} may be set",
             )
-        schema = FAMILIES["dense"].schema()
+        schema = FAMILIES[family].schema()
         spec = coerce_strings({**copy.deepcopy(out[base]), **given}, schema)
         err = first_error({k: v for k, v in spec.items() if k != FROM_CHECKPOINT_KEY}, schema)
         if err is not None:

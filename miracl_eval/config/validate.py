@@ -103,7 +103,9 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         )
     for name, spec in cfg["models"].items():
         fill_query_instruction(spec, dataset.query_instruction, f"models.{name}")
-        if spec["family"] == "dense" and cfg["dense_index"]["type"] != "flat":
+        if spec.get("rescore") and spec.get("storage", "float32") == "float32":
+            raise ConfigError(f"models.{name}.rescore", "rescores vectors held as float16, int8 or binary (storage)")
+        if spec["family"] in ("dense", "openai") and cfg["dense_index"]["type"] != "flat":
             for key, plain in (("dimensions", None), ("storage", "float32")):
                 if spec.get(key) != plain:
                     raise ConfigError(

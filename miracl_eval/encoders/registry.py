@@ -68,6 +68,15 @@ VIEW_SETTINGS: Mapping[str, Any] = {
         "default": 100_000,
         "description": "passages of a corpus (taken evenly over it) whose ranges calibrate int8 storage",
     },
+    "rescore": {
+        "type": "integer",
+        "minimum": 0,
+        "default": 0,
+        "description": (
+            "float16, int8 or binary storage: the top N hits by the stored vectors' scores are ranked again by "
+            "the float32 query and passage vectors (the run holds at most N hits); 0: no rescoring"
+        ),
+    },
 }
 
 
@@ -336,8 +345,12 @@ FAMILIES: Mapping[str, Family] = {
                 "type": ["integer", "null"],
                 "minimum": 1,
                 "default": None,
-                "description": "passed to the API (text-embedding-3's shortened vectors); null: the model's own",
+                "description": (
+                    "passed to the API (text-embedding-3's shortened vectors); null: the model's own. In a view "
+                    "(view_of), the first N dimensions of its model's encodings, normalised again"
+                ),
             },
+            **{k: v for k, v in VIEW_SETTINGS.items() if k != "dimensions"},
             "query_prefix": {"type": "string", "default": "", "description": "prepended to every query"},
             "passage_prefix": {"type": "string", "default": "", "description": "prepended to every passage"},
             "tokenizer": {
@@ -387,6 +400,7 @@ FAMILIES: Mapping[str, Family] = {
         },
         module="miracl_eval.encoders.openai",
         common_defaults={"query_max_length": MAX_INPUT_TOKENS, "passage_max_length": MAX_INPUT_TOKENS},
+        retrieval_settings=("view_of", "storage", "calibration_passages", "rescore"),
         throughput_settings=(
             "api_key_env",
             "allow_insecure",

@@ -46,6 +46,8 @@ PRELOAD = ("numpy", "pyarrow.parquet")
 MERGE_CHUNK = schemas.DENSE_MERGE_CHUNK
 #: a block file's candidates (scores as float32, as computed)
 CANDIDATES = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("score", pa.float32())])
+#: ... of a view that rescores: ``score`` the stored vectors' (which choose), ``rescored`` the float32 one (which ranks)
+RESCORED = CANDIDATES.append(pa.field("rescored", pa.float32()))
 #: a corpus's int8 ranges (rule ``int8_ranges``): per dimension the calibration sample's minimum and maximum
 RANGES = pa.schema([("min", pa.float32()), ("max", pa.float32())])
 #: the key-value metadata of a block file: its chunks, ``[[partition, queries], ...]`` in row group order
@@ -198,13 +200,16 @@ def block_search(
     threads: int | None = None,
     view: Mapping[str, Any] | None = None,
     ranges: PathLike | None = None,
+    rescore: int = 0,
 ) -> dict[str, Any]:
     """Score the queries of every partition in ``queries`` (partition -> query vector file) against
     the passages of one block's vector ``shards``; write each query's top ``hits`` and the passages
     tied with the last of them to ``output`` (atomically). ``device``: ``cpu``, ``cuda`` or ``auto``
     (the GPU when torch can use one). ``view``: the model's ``dimensions``, ``storage`` and
     ``normalize`` (:mod:`miracl_eval.faiss.storage`; int8 needs the corpus's ``ranges`` file); a view
-    stored otherwise than in float32 is scored on the CPU."""
+    stored otherwise than in float32 is scored on the CPU. ``rescore``: such a view keeps each query's top
+    ``rescore`` by the stored vectors' scores (and ties) with their float32 scores beside them, for
+    :func:`merge_blocks` to rank."""
     if hits < 1:
         raise ValueError("hits must be positive")
     if threads:
@@ -222,12 +227,17 @@ def block_search(
     if look.dimensions is not None and look.dimensions > dim:
         raise InputError(shards[0], f"the model's dimensions setting ({look.dimensions}) exceeds its vectors' {dim}")
     scorer: _Scorer
+    floats: np.ndarray | None = None  # the float32 vectors that rescore (a view with rescore)
     if look.storage == "float32":  # as encoded, or truncated: on the job's device
         vectors = truncate(vectors, look.dimensions, look.normalize)
         scorer = _Scorer(vectors, hits, device, memory_mb)
     else:
-        scorer = _StoredScorer(Stored(vectors, look, read_ranges(ranges) if ranges else None), hits, memory_mb)
-        del vectors  # the block is held in the view's storage only
+        stored = Stored(vectors, look, read_ranges(ranges) if ranges else None)
+        if rescore:
+            floats = truncate(vectors, look.dimensions, look.normalize)
+            hits = rescore  # the stored scores choose the top `rescore`; the float32 ones rank them
+        scorer = _StoredScorer(stored, hits, memory_mb)
+        del vectors  # the block is held in the view's storage (and, to rescore, in float32)
         device = "cpu"
     chunks: list[list[Any]] = []
     rows = 0
@@ -236,21 +246,22 @@ def block_search(
         atomic_output(output) as tmp,
         Progress(total, f"block search of {len(docids):,} passages", "queries", log) as done,
     ):
-        schema = CANDIDATES
+        schema = RESCORED if floats is not None else CANDIDATES
         writer = pq.ParquetWriter(tmp, schema, compression="zstd")
         try:
             for part, qids, qvecs in _query_chunks(queries, dim):
                 if look.storage == "float32":
                     qvecs = truncate(qvecs, look.dimensions, look.normalize)
                 qrow, col, score = scorer.top(np.ascontiguousarray(qvecs, dtype=np.float32))
-                table = pa.table(
-                    {
-                        "qid": qids.take(pa.array(qrow)),
-                        "docid": docids.take(pa.array(col)),
-                        "score": pa.array(score, pa.float32()),
-                    },
-                    schema=schema,
-                )
+                columns = {
+                    "qid": qids.take(pa.array(qrow)),
+                    "docid": docids.take(pa.array(col)),
+                    "score": pa.array(score, pa.float32()),
+                }
+                if floats is not None:
+                    q = truncate(np.asarray(qvecs, dtype=np.float32), look.dimensions, look.normalize)
+                    columns["rescored"] = pa.array(np.einsum("ij,ij->i", q[qrow], floats[col]), pa.float32())
+                table = pa.table(columns, schema=schema)
                 writer.write_table(table, row_group_size=max(1, len(table)))
                 chunks.append([part, len(qids)])
                 rows += len(table)
@@ -264,6 +275,14 @@ def block_search(
         device, len(docids), sum(n for _, n in chunks), rows, seconds, output,
     )  # fmt: skip
     return {"passages": len(docids), "queries": sum(n for _, n in chunks), "candidates": rows, "device": device}
+
+
+def _rescored(table: pa.Table, qids: pa.Array, qpos: np.ndarray, rescore: int) -> pa.Table:
+    """Each query's top ``rescore`` candidates by ``score`` (ties by docid), with their ``rescored``."""
+    if rescore < 1:
+        raise MiraclEvalError("block files with float32 rescores need the view's rescore setting")
+    chosen = rank_table(qids, qpos, table.column("docid"), table.column("score").to_numpy(), depth=rescore)
+    return chosen.select(["qid", "docid"]).join(table.select(["qid", "docid", "rescored"]), ["qid", "docid"])
 
 
 def _chunks_of(path: PathLike) -> list[tuple[str, int]]:
@@ -287,10 +306,12 @@ def merge_blocks(
     run_trec: PathLike,
     hits: int = 1000,
     tag: str = "dense",
+    rescore: int = 0,
 ) -> int:
     """The run of partition ``part`` from its corpus's block search files: per query the top ``hits``
     of all blocks' candidates, ranked as :func:`miracl_eval.runs.rank_table` ranks (score descending,
-    ties by docid). Returns the number of queries."""
+    ties by docid). Blocks that rescore (:data:`RESCORED`): the top ``rescore`` of all blocks by the
+    stored vectors' scores, ranked by their float32 scores. Returns the number of queries."""
     blocks = list(blocks)
     if not blocks:
         raise ValueError("no block search files given")
@@ -308,7 +329,13 @@ def merge_blocks(
             qids = pc.unique(parts[0].column("qid"))  # every block lists the chunk's queries, in order
             table = pa.concat_tables(parts)
             qpos = pc.index_in(table.column("qid"), value_set=qids).to_numpy()
-            writer.write(rank_table(qids, qpos, table.column("docid"), table.column("score").to_numpy(), depth=hits))
+            if "rescored" in table.column_names:
+                table = _rescored(table, qids, qpos, rescore)
+                qpos = pc.index_in(table.column("qid"), value_set=qids).to_numpy()
+                score = table.column("rescored").to_numpy()
+            else:
+                score = table.column("score").to_numpy()
+            writer.write(rank_table(qids, qpos, table.column("docid"), score, depth=hits))
             queries += len(qids)
     log.info("merged %d block(s) for %s: %d queries -> %s", len(blocks), part, queries, run_parquet)
     return queries

@@ -37,9 +37,9 @@ def _config(server: EmbeddingsServer, **api) -> dict:
     )  # fmt: skip
 
 
-def _same_runs(work: Path) -> None:
+def _same_runs(work: Path, models: tuple[str, str] = ("me5-api", "me5-small")) -> None:
     """The same hits, ranks equal but where two scores are within 1e-5 (a near tie), scores to 1e-5."""
-    ours, local = (pq.read_table(work / f"runs/miracl/{LANG}/{m}/dense.parquet") for m in ("me5-api", "me5-small"))
+    ours, local = (pq.read_table(work / f"runs/miracl/{LANG}/{m}/dense.parquet") for m in models)
     assert ours["qid"].to_pylist() == local["qid"].to_pylist() and len(ours) > 100
     for a, b, sa, sb in zip(*(t[c].to_pylist() for t in (ours, local) for c in ("docid",)),
                             ours["score"].to_pylist(), local["score"].to_pylist(), strict=True):  # fmt: skip
@@ -94,5 +94,14 @@ def test_an_api_model_runs_as_the_local_model(served, tmp_path, monkeypatch) -> 
         assert planned_jobs(snakemake(tmp_path, budget, "results/miracl_ndcg.tsv", args=("-n",))) == {
             "api_cost_plan": 1
         }
+        # views of the API model's encodings and of the local model's, both at 128 dimensions: nothing is sent
+        # again, and the two equal each other as the full runs do
+        views = _config(server)
+        views["models"] |= {"me5-api@128": {"view_of": "me5-api", "dimensions": 128},
+                            "me5-small@128": {"view_of": "me5-small", "dimensions": 128}}  # fmt: skip
+        views["methods"] = ["me5-small@128/dense", "me5-api@128/dense"]
+        snakemake(tmp_path, write_config(tmp_path, views, "views.yaml"), "results/miracl_ndcg.tsv")
+        assert server.count == sent
+        _same_runs(tmp_path, ("me5-api@128", "me5-small@128"))
     log = (tmp_path / f"logs/miracl/encode_corpus_api_dense/me5-api/{LANG}/00000-00003.log").read_text()
     assert "embeddings API intfloat/multilingual-e5-small: 80 inputs" in log and KEY not in log

@@ -19,6 +19,7 @@ VIEWS = {
     "me5-small@128": {"view_of": "me5-small", "dimensions": 128},
     "me5-small@int8": {"view_of": "me5-small", "storage": "int8"},
     "me5-small@bin": {"view_of": "me5-small", "storage": "binary"},
+    "me5-small@bin-rescored": {"view_of": "me5-small", "storage": "binary", "rescore": 30},
 }
 METHODS = ["me5-small/dense", *(f"{v}/dense" for v in VIEWS)]
 
@@ -123,6 +124,31 @@ def test_binary_view_equals_faiss_hamming_search(views_run: Path) -> None:
         full = np.empty(hamming.shape, dtype=np.float64)
         np.put_along_axis(full, cols, 384 - 2 * hamming.astype(np.float64), axis=1)
         same(ours(views_run, lang, "me5-small@bin"), ranked(ids, qids, full), 0)
+
+
+def test_rescoring_ranks_the_top_hamming_hits_by_their_float_scores(views_run: Path) -> None:
+    """sentence-transformers' rescoring (its semantic search with rescore): the top `rescore` passages by
+    the binary scores (all blocks together, ties by docid), ranked by the float32 query . passage."""
+    quant = pytest.importorskip("sentence_transformers.util.quantization")
+    for lang in LANGS:
+        ids, p = vectors(views_run, lang, "passages")
+        qids, q = vectors(views_run, lang, "queries")
+        bits = quant.quantize_embeddings(p, "ubinary")
+        signs = lambda b: np.unpackbits(b, axis=1)[:, :384].astype(np.int64) * 2 - 1  # noqa: E731
+        binary = ranked(ids, qids, (signs(quant.quantize_embeddings(q, "ubinary")) @ signs(bits).T).astype(np.float64))
+        floats = q @ p.T
+        index = {d: i for i, d in enumerate(ids)}
+        want = {}
+        for row, qid in enumerate(qids):
+            top = [d for d, _ in binary[qid][:30]]
+            want[qid] = sorted(((d, float(floats[row, index[d]])) for d in top), key=lambda x: (-x[1], x[0]))
+        got = ours(views_run, lang, "me5-small@bin-rescored")
+        assert set(got) == set(want)
+        for qid in want:  # float32 products summed in other orders: ranks compared through the scores
+            assert {d for d, _ in got[qid]} == {d for d, _ in want[qid]}, qid
+            mine = dict(got[qid])
+            np.testing.assert_allclose([mine[d] for d, _ in want[qid]], [s for _, s in want[qid]], atol=1e-6)
+            assert [s for _, s in got[qid]] == sorted((s for _, s in got[qid]), reverse=True)
 
 
 def test_a_views_setting_reruns_its_search_only(views_run: Path) -> None:

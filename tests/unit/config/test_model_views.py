@@ -31,7 +31,11 @@ def test_a_view_is_its_model_with_other_search_settings() -> None:
     [
         ({"v": {"view_of": "nope"}}, "models.v.view_of", "'nope' is not under `models`"),
         ({"a": {"view_of": "me5-large"}, "me5-large": {}, "b": {"view_of": "a"}}, "models.b.view_of", "a view itself"),
-        ({"bge-m3": {}, "v": {"view_of": "bge-m3"}}, "models.v.view_of", "bge-m3 model; views are of dense models"),
+        (
+            {"bge-m3": {}, "v": {"view_of": "bge-m3"}},
+            "models.v.view_of",
+            "bge-m3 model; views are of dense and openai models",
+        ),
         (
             {"me5-large": {}, "v": {"view_of": "me5-large", "pooling": "cls"}},
             "models.v.pooling",
@@ -44,6 +48,13 @@ def test_a_view_is_its_model_with_other_search_settings() -> None:
 def test_bad_views_name_their_key(models: dict, key: str, message: str) -> None:
     with pytest.raises(ConfigError, match=rf"'{key}'.*{message}"):
         run(models, ["bm25"])
+
+
+def test_rescoring_needs_vectors_held_otherwise_than_float32() -> None:
+    with pytest.raises(ConfigError, match=r"'models\.v\.rescore'.*float16, int8 or binary"):
+        run({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": 64, "rescore": 100}}, ["v/dense"])
+    cfg = run({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "binary", "rescore": 100}}, ["v/dense"])
+    assert cfg["models"]["v"]["rescore"] == 100
 
 
 def test_views_are_searched_exactly_only() -> None:

@@ -71,6 +71,7 @@ def test_resolve_fills_every_default():
         "dimensions": None,
         "storage": "float32",
         "calibration_passages": 100_000,
+        "rescore": 0,
     }
 
 
