@@ -86,8 +86,13 @@ def test_the_presets_and_a_model_that_needs_its_own_code_are_refused(tmp_path: P
         settings = presets()[f"qwen3-embedding-{size}"].settings
         assert settings["checkpoint"] == checkpoint and settings["pooling"] == "last" and settings["normalize"]
         assert settings["query_template"] == "Instruct: {task}\nQuery:{query}" and settings["passage_prefix"] == ""
-    with pytest.raises(ConfigError, match=r"models\.jina-embeddings-v3': .*its own code.*never runs"):
-        validate({"languages": ["es"], "models": {"jina-embeddings-v3": {}}})
+    for refused in ("jina-embeddings-v3", "gte-qwen2-7b-instruct"):
+        with pytest.raises(ConfigError, match=rf"models\.{refused}': .*its own code.*never runs"):
+            validate({"languages": ["es"], "models": {refused: {}}})
+    gte = validate({"languages": ["es"], "models": {"gte-qwen2-1.5b-instruct": {}}, "methods": ["bm25"]})
+    spec = gte["models"]["gte-qwen2-1.5b-instruct"]
+    assert (spec["pooling"], spec["query_template"]) == ("last", "Instruct: {task}\nQuery: {query}")
+    assert spec["query_instruction"] == WIKIPEDIA_QA_INSTRUCTION
     import json
     import shutil
 
