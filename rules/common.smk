@@ -244,23 +244,45 @@ def reranker_folder(reranker):
 
 
 def mteb_rows():
-    """What an MTEB result folder says of each row: its checkpoint, method and settings, and the
-    checkpoint's folder (a hub model's fetch record gives its revision)."""
+    """What an MTEB result folder says of each row (miracl_eval.evaluation.mteb_results.placement): its
+    kind, checkpoint, method (and whether it is its model's main one), settings, and the checkpoint's
+    folder (a hub model's fetch record gives its revision)."""
     rows = {}
     for s in SYSTEMS:
         if s.model is not None:
             spec = MODELS[s.model]
-            rows[s.label] = {"checkpoint": spec["checkpoint"], "method": s.method,
-                             "settings": spec, "folder": checkpoint_folder(s.model)}  # fmt: skip
+            family = FAMILIES[spec["family"]]
+            rows[s.label] = {
+                "kind": "model",
+                "checkpoint": spec["checkpoint"],
+                "method": s.method,
+                "main": s.method == family.methods[0],
+                "api": family.remote,
+                "settings": spec,
+                "folder": checkpoint_folder(s.model),
+            }
         elif s.hybrid is not None:
-            rows[s.label] = {"method": "hybrid", "settings": HYBRIDS[s.hybrid]}
+            rows[s.label] = {
+                "kind": "hybrid",
+                "method": "hybrid",
+                "settings": HYBRIDS[s.hybrid],
+            }
         elif s.reranker is not None:
             spec = RERANKERS[s.reranker]
-            rows[s.label] = {"checkpoint": spec["checkpoint"], "method": s.method,
-                             "first_stage": s.first_stage.label, "settings": spec,
-                             "folder": reranker_folder(s.reranker)}  # fmt: skip
+            rows[s.label] = {
+                "kind": "reranked",
+                "checkpoint": spec["checkpoint"],
+                "method": s.method,
+                "first_stage": s.first_stage.label,
+                "settings": spec,
+                "folder": reranker_folder(s.reranker),
+            }
         else:
-            rows[s.label] = {"method": "bm25", "settings": config["bm25"]}
+            rows[s.label] = {
+                "kind": "bm25",
+                "method": "bm25",
+                "settings": config["bm25"],
+            }
     return rows
 
 

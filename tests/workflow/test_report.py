@@ -92,8 +92,7 @@ def test_report_holds_the_tables_charts_and_settings(sample_report: Path) -> Non
     # a sample is not the full data: no MTEB result is written, and a note says why
     exported = sorted(p.name for p in (sample_report / "results/mteb/miracl").iterdir() if not p.name.startswith("."))
     assert (
-        exported == ["README.txt"]
-        and "no MTEB result" in (sample_report / "results/mteb/miracl/README.txt").read_text()
+        exported == ["README.md"] and "no MTEB result" in (sample_report / "results/mteb/miracl/README.md").read_text()
     )
 
 
