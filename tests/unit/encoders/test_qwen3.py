@@ -104,3 +104,13 @@ def test_the_presets_and_a_model_that_needs_its_own_code_are_refused(tmp_path: P
         validate({"languages": ["es"], "models": {"mine": {"family": "dense", "checkpoint": str(copy)}}})
     with pytest.raises(InputError, match="needs its own code"):
         dense.load(qwen3_spec(copy), device="cpu", dtype="float32")
+
+
+def test_the_settings_page_and_the_mteb_files_say_which_prompt_was_used() -> None:
+    from miracl_eval.report.plan import run_settings
+
+    cfg = validate({"languages": ["es"], "models": {"qwen3-embedding-0.6b": {"query_instruction": "Busca la respuesta"}},
+                    "methods": ["qwen3-embedding-0.6b/dense"]})  # fmt: skip
+    page = run_settings(cfg, "miracl")["model qwen3-embedding-0.6b"]
+    assert page["models.qwen3-embedding-0.6b.query_template"] == "Instruct: {task}\nQuery:{query}"
+    assert page["models.qwen3-embedding-0.6b.query_instruction"] == "Busca la respuesta"
