@@ -112,6 +112,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                         f"models.{name}.{key}",
                         f"is searched by the exact search only (dense_index.type: flat), not {cfg['dense_index']['type']}",
                     )
+    if cfg["hub"]["revision"] is None:
+        cfg["hub"]["revision"] = dataset.revision or "main"
     if cfg["split"] is None:
         cfg["split"] = dataset.default_split
     if cfg["title_join"] is None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.errors import InputError
+from miracl_eval.inputs.datasets import MIRACL_HN_REVISION
 from miracl_eval.tsv import data_rows, format_tsv, read_tsv
 from miracl_eval.types import PathLike
 
@@ -220,7 +221,7 @@ def compare(observed: Observed, reference: Reference | None) -> Check:
 
 #: the release of the topics and qrels that each dataset's shipped published numbers were computed on
 #: (MessIRve's paper pins v1.0; the hub also holds v0.1 and, per the authors' repository, v1.1)
-PUBLISHED_RELEASE: Mapping[str, str] = {"miracl": "v1.0", "messirve": "v1.0"}
+PUBLISHED_RELEASE: Mapping[str, str] = {"miracl": "v1.0", "messirve": "v1.0", "miracl-hn": MIRACL_HN_REVISION}
 
 
 def check(observed: Observed, candidates: Sequence[Reference], published: str | None = None) -> Check:

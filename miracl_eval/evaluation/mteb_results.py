@@ -34,6 +34,7 @@ from typing import Any
 
 from miracl_eval.atomic import atomic_output
 from miracl_eval.evaluation.mteb_scores import retrieval_scores
+from miracl_eval.inputs.datasets import MIRACL_HN_REVISION
 from miracl_eval.types import PathLike
 
 #: MTEB's default revision for a model whose revision is not known (the results repository refuses it)
@@ -50,8 +51,12 @@ MIRACL_LANGUAGES: Mapping[str, str] = {
 #: that MTEB pins (mteb 2.26, tasks/retrieval/multilingual/miracl_retrieval.py), the same MIRACL v1.0 dev data
 TASKS: Mapping[str, tuple[str, str]] = {
     "miracl": ("MIRACLRetrieval", "9c09abc13478308c27598f350e31d8f06b9b5481"),
+    # the same data as MTEB's MIRACLRetrievalHardNegatives.v2, which differs only in its prompt
+    "miracl-hn": ("MIRACLRetrievalHardNegatives", MIRACL_HN_REVISION),
     "messirve": ("MiraclEvalMessIRveRetrieval", "messirve"),  # not an MTEB task: a name of its own
 }
+#: the datasets whose task is MTEB's (their results can be submitted)
+MTEB_DATASETS = frozenset({"miracl", "miracl-hn"})
 #: the API version MTEB records as the revision of OpenAI's models (mteb 2.26, openai_models.py)
 OPENAI_REVISIONS: Mapping[str, str] = {"text-embedding-3-large": "3", "text-embedding-3-small": "3"}
 OPENAI_URL = "https://api.openai.com/v1"
@@ -65,7 +70,7 @@ _INVALID = re.compile(r'[<>:"|?*\\/\0]')
 
 
 def _languages(dataset: str, partition: str) -> list[str]:
-    return [MIRACL_LANGUAGES[partition]] if dataset == "miracl" else ["spa-Latn"]
+    return [MIRACL_LANGUAGES[partition]] if dataset in MTEB_DATASETS else ["spa-Latn"]
 
 
 def task_result(dataset: str, split: str, subsets: Mapping[str, Mapping[str, float]], seconds: float) -> dict:
@@ -119,7 +124,7 @@ def placement(label: str, row: Mapping[str, Any], revision: str | None, dataset:
     """Where row ``label`` (what :func:`mteb_stage` is given of it) goes, and whether it can be submitted."""
     kind = row.get("kind")
     settings = row.get("settings") or {}
-    if dataset != "miracl":
+    if dataset not in MTEB_DATASETS:
         return Placement(label, revision or NO_REVISION, None, f"{TASKS[dataset][0]} is not an MTEB task")
     if kind == "bm25":
         return Placement(label, NO_REVISION, None, "BM25 through Lucene is not a model on the hub")

@@ -63,6 +63,7 @@ FILES: tuple[str, ...] = (
     "mteb_miracl_e5.tsv",
     "messirve_test.tsv",
     "flagembedding_miracl_rerankers.tsv",
+    "mteb_miracl_hn.tsv",
 )
 #: notes on published numbers (source_id, system or ``*``, note)
 NOTES_FILE = "notes.tsv"

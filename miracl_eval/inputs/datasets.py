@@ -38,6 +38,10 @@ class HubFiles:
     #: a regular expression whose group ``version`` finds the releases among the file names of
     #: ``topics_repo``; None when the dataset's ``version`` is fixed
     version_pattern: str | None = None
+    #: topics and qrels as Parquet shards under these folders of ``topics_repo`` (``{part}``, ``{split}``)
+    #: instead of one file each (``topics_file``, ``qrels_file``): an MTEB dataset's configs
+    topics_prefix: str | None = None
+    qrels_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class Dataset:
     #: the task instruction an instruction-tuned model's queries get (``{task}`` of a model's
     #: ``query_template``) unless the model's ``query_instruction`` says otherwise
     query_instruction: str = ""
+    #: the hub revision downloads use unless ``hub.revision`` names another (None: the repository's main)
+    revision: str | None = None
 
     def corpus_of(self, partition: str) -> str:
         """The corpus that a partition's queries are searched against."""
@@ -119,7 +125,33 @@ MESSIRVE = Dataset(
     query_instruction=WIKIPEDIA_QA_INSTRUCTION,
 )
 
-DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE)}
+#: the hub revision of mteb/MIRACLRetrievalHardNegatives that MTEB pins (mteb 2.26,
+#: tasks/retrieval/multilingual/miracl_retrieval.py: MIRACLRetrievalHardNegatives and its .v2, the same data)
+MIRACL_HN_REVISION = "d7d94fa4b946cec4a27c84653aa0cf6b33f74a3c"
+
+MIRACL_HN = Dataset(
+    name="miracl-hn",
+    partitions=MIRACL_LANGUAGES,
+    default_split="dev",
+    # MTEB's documents: (title + " " + text).strip(), the title only when there is one (_create_dataloaders.py)
+    title_join="{title} {text}",
+    hub=HubFiles(
+        corpus_repo="mteb/MIRACLRetrievalHardNegatives",
+        # MTEB loads the configs {lang}-corpus, {lang}-queries and {lang}-qrels (retrieval_dataset_loaders.py)
+        corpus_prefix="{part}-corpus/",
+        corpus_suffix=(".parquet",),
+        topics_repo="mteb/MIRACLRetrievalHardNegatives",
+        topics_file="",
+        qrels_file="",
+        topics_prefix="{part}-queries/",
+        qrels_prefix="{part}-qrels/",
+    ),
+    version=MIRACL_HN_REVISION,
+    query_instruction=WIKIPEDIA_QA_INSTRUCTION,
+    revision=MIRACL_HN_REVISION,
+)
+
+DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE, MIRACL_HN)}
 
 
 def get_dataset(name: str) -> Dataset:

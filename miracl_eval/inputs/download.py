@@ -47,23 +47,28 @@ def _hub_download(repo: str, filename: str, revision: str, cache_dir: str | None
     return hf_hub_download(repo, filename, repo_type="dataset", revision=revision, cache_dir=cache_dir)
 
 
-def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[str]:
-    """The hub paths of a corpus's files (MIRACL: ``miracl-corpus-v1.0-{lang}/docs-*.jsonl.gz``)."""
+def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str, what: str) -> list[str]:
+    """The hub paths of a dataset repository's files under ``prefix`` ending with one of ``suffix``, sorted."""
     from huggingface_hub import HfApi
 
-    hub = dataset.hub
-    prefix = hub.corpus_prefix.format(part=corpus)
     try:
-        files = HfApi().list_repo_files(hub.corpus_repo, repo_type="dataset", revision=revision)
+        files = HfApi().list_repo_files(repo, repo_type="dataset", revision=revision)
     except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
-        raise _fail(f"the file list of the {corpus} corpus", hub.corpus_repo, err) from err
-    chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(hub.corpus_suffix))
+        raise _fail(f"the file list of {what}", repo, err) from err
+    chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(suffix))
     if not chosen:
         raise DownloadError(
-            f"the hub dataset '{hub.corpus_repo}' has no files under '{prefix}'; {login_hint(hub.corpus_repo)}; "
+            f"the hub dataset '{repo}' has no files under '{prefix}' at revision {revision}; {login_hint(repo)}; "
             f"or, {OFFLINE_HINT}."
         )
     return chosen
+
+
+def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[str]:
+    """The hub paths of a corpus's files (MIRACL: ``miracl-corpus-v1.0-{lang}/docs-*.jsonl.gz``)."""
+    hub = dataset.hub
+    prefix = hub.corpus_prefix.format(part=corpus)
+    return listed_files(hub.corpus_repo, prefix, hub.corpus_suffix, revision, f"the {corpus} corpus")
 
 
 def download_corpus(
@@ -167,6 +172,9 @@ def download_topics_qrels(
 ) -> None:
     """Download one partition's topics and qrels files of one release (default: the dataset's fixed one)."""
     hub = dataset.hub
+    if hub.topics_prefix is not None and hub.qrels_prefix is not None:
+        _download_parquet_topics_qrels(dataset, partition, split, topics_out, qrels_out, revision, cache_dir)
+        return
     release = version or dataset.version
     if release is None:
         raise DownloadError(f"{dataset.name}: no release of the topics and qrels was chosen ({VERSION_SETTING})")
@@ -178,6 +186,58 @@ def download_topics_qrels(
             raise _fail(f"'{name}'", hub.topics_repo, err) from err
         with atomic_output(out) as tmp:
             shutil.copyfile(local, tmp)
+
+
+def _download_parquet_topics_qrels(
+    dataset: Dataset,
+    partition: str,
+    split: str,
+    topics_out: str | os.PathLike[str],
+    qrels_out: str | os.PathLike[str],
+    revision: str,
+    cache_dir: str | None,
+) -> None:
+    """An MTEB dataset's queries (``id`` or ``_id``, ``text``) and qrels (``query-id``, ``corpus-id``,
+    ``score``), Parquet shards of its ``{part}-queries`` and ``{part}-qrels`` configs, written as the
+    topics TSV and TREC qrels every dataset's preprocessing reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hub = dataset.hub
+    assert hub.topics_prefix is not None and hub.qrels_prefix is not None
+    tables = {}
+    for kind, prefix in (("queries", hub.topics_prefix), ("qrels", hub.qrels_prefix)):
+        folder = prefix.format(part=partition, split=split)
+        names = listed_files(hub.topics_repo, folder, (".parquet",), revision, f"the {partition} {kind}")
+        # a config's split is its files named {split}-*.parquet (or the config's only files)
+        named = [n for n in names if Path(n).name.startswith(f"{split}-")] or names
+        parts = []
+        for name in named:
+            try:
+                parts.append(pq.read_table(_hub_download(hub.topics_repo, name, revision, cache_dir)))
+            except Exception as err:  # noqa: BLE001
+                raise _fail(f"'{name}'", hub.topics_repo, err) from err
+        tables[kind] = (named[0], pa.concat_tables(parts, promote_options="default"))
+    name, queries = tables["queries"]
+    key = "id" if "id" in queries.column_names else "_id"
+    if key not in queries.column_names or "text" not in queries.column_names:
+        raise DownloadError(
+            f"{hub.topics_repo}/{name}: queries need columns id (or _id) and text, not {queries.column_names}"
+        )
+    lines = []
+    for row, (qid, text) in enumerate(
+        zip(queries.column(key).to_pylist(), queries.column("text").to_pylist(), strict=True)
+    ):
+        if any(c in f"{qid}{text}" for c in "\t\n\r"):
+            raise DownloadError(f"{hub.topics_repo}/{name}, row {row + 1}: query {qid!r} holds a tab or a line break")
+        lines.append(f"{qid}\t{text}\n")
+    write_text_atomic(topics_out, "".join(lines))
+    name, qrels = tables["qrels"]
+    need = ("query-id", "corpus-id", "score")
+    if not set(need) <= set(qrels.column_names):
+        raise DownloadError(f"{hub.topics_repo}/{name}: qrels need columns {', '.join(need)}, not {qrels.column_names}")
+    cols = [qrels.column(c).to_pylist() for c in need]
+    write_text_atomic(qrels_out, "".join(f"{q}\tQ0\t{d}\t{int(r)}\n" for q, d, r in zip(*cols, strict=True)))
 
 
 # --------------------------------------------------------------------------- ir_datasets

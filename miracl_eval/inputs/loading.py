@@ -134,20 +134,29 @@ def iter_corpus(path: str | os.PathLike[str]) -> Iterator[tuple[int, Passage]]:
         yield lineno, passage
 
 
+#: a Parquet corpus's passage id column, the first of these it has
+ID_COLUMNS = ("docid", "id", "_id")
+
+
 def _iter_corpus_parquet(path: Path) -> Iterator[tuple[int, Passage]]:
     try:
         pfile = pq.ParquetFile(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types
         raise InputError(path, f"cannot read Parquet file ({err})") from err
     names = pfile.schema_arrow.names
-    for col in ("docid", "text"):
-        if col not in names:
-            raise InputError(path, f"Parquet corpus has no '{col}' column")
-    cols = [c for c in ("docid", "title", "text") if c in names]
+    # the passage id: docid (MIRACL's, MessIRve's), or id / _id (MTEB's corpora, BEIR's)
+    key = next((c for c in ID_COLUMNS if c in names), None)
+    if key is None:
+        raise InputError(path, "Parquet corpus has no 'docid' column (nor MTEB's 'id' or '_id')")
+    if "text" not in names:
+        raise InputError(path, "Parquet corpus has no 'text' column")
+    cols = [c for c in (key, "title", "text") if c in names]
     n = 0
     for batch in pfile.iter_batches(batch_size=8192, columns=cols):
         for rec in batch.to_pylist():
             n += 1
+            if key != "docid":
+                rec["docid"] = rec.pop(key)
             yield n, _passage(rec, path, f"record {n} ", None)
 
 

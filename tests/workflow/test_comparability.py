@@ -157,3 +157,18 @@ def test_a_comparable_run_gets_a_verdict_per_published_number(tmp_path: Path) ->
     )
     meta = json.loads(result.with_name("model_meta.json").read_text())
     assert meta["miracl_eval"]["method"] == "bm25" and meta["miracl_eval"]["settings"]["k1"] == 0.9
+
+
+def test_the_sample_as_miracl_hn_says_what_of_mtebs_corpora_it_holds(tmp_path: Path) -> None:
+    """MTEB's hard-negatives corpora as the dataset, from local files: the comparability lines name its sizes
+    (MTEB's statistics), and no MTEB result is written for a sample."""
+    cfg = sample_config(["sw", "yo"], dataset="miracl-hn", methods=["bm25"], hybrids={}, rerankers={}, models={})
+    proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl-hn_ndcg.tsv")
+    rows = {
+        r["partition"]: r for r in comparability.read_comparability(tmp_path / "results/miracl-hn_comparability.tsv")
+    }
+    assert rows["sw"]["reason"].startswith("160 of 131,924 passages; 12 of 482 queries")
+    assert rows["yo"]["reason"].startswith("161 of 49,043 passages; 13 of 119 queries")
+    assert "sw: 160 of 131,924 passages" in proc.stdout + proc.stderr
+    snakemake(tmp_path, write_config(tmp_path, cfg), "results/mteb/miracl-hn")
+    assert "no MTEB result" in (tmp_path / "results/mteb/miracl-hn/README.md").read_text()

@@ -264,3 +264,40 @@ def test_full_size_reranker_jobs_are_one_per_query_chunk_and_ask_for_their_pairs
         )
         assert job["resources"]["gpu"] == "1" and int(job["resources"]["mem_mb"]) < 16_000
     assert {j["rule"] for j in dry_run_jobs(proc.stdout)} >= {"reranked_run", "bm25_search"}
+
+
+def _reference_sizes(dataset: str) -> tuple[dict[str, int], dict[str, int]]:
+    """A dataset's passages per corpus and dev queries per partition, as the reference files ship them."""
+    ref = REPO / "miracl_eval" / "data" / "reference"
+    rows = [
+        r.split("\t")
+        for r in (ref / "corpora.tsv").read_text().splitlines()
+        if r and not r.startswith(("#", "dataset"))
+    ]
+    corpora = {c: int(n) for d, c, n, _ in rows if d == dataset}
+    rows = [
+        r.split("\t") for r in (ref / "topics.tsv").read_text().splitlines() if r and not r.startswith(("#", "dataset"))
+    ]
+    queries = {r[3]: int(r[4]) for r in rows if r[0] == dataset and r[2] == "dev"}
+    return corpora, queries
+
+
+def gpu_hours(tmp_path: Path, dataset: str) -> float:
+    """The GPU-hours a full-size bge-m3/dense run of ``dataset`` asks for with scale.yaml (its jobs' runtime)."""
+    corpora, queries = _reference_sizes(dataset)
+    cfg_path = _full_size(tmp_path, dataset, corpora, queries, **SCALE)
+    raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    write_config(tmp_path, {**raw, "dataset": dataset, "methods": ["bge-m3/dense"]})
+    jobs = dry_run_jobs(
+        snakemake(tmp_path, cfg_path, f"results/{dataset}_ndcg.tsv", args=("-n", "--cores", "16")).stdout
+    )
+    return sum(int(j["resources"]["runtime"]) for j in jobs if j["resources"].get("gpu") == "1") / 60
+
+
+def test_miracl_hn_costs_a_small_share_of_full_miraclss_gpu_hours(tmp_path: Path) -> None:
+    """MTEB's hard-negatives corpora (2.45M passages) against MIRACL's 106M, bge-m3/dense with scale.yaml, at the
+    jobs' requested runtimes: the README's scale table gives both figures."""
+    full = gpu_hours(tmp_path / "miracl", "miracl")
+    hn = gpu_hours(tmp_path / "hn", "miracl-hn")
+    print(f"GPU-hours requested: miracl {full:.1f}, miracl-hn {hn:.1f} ({100 * hn / full:.1f} %)")
+    assert 0 < hn < 0.1 * full

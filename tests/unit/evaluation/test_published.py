@@ -46,7 +46,7 @@ def test_files_and_sources_are_shipped() -> None:
     ids = {r.source_id for r in published.load_published()}
     assert ids == {
         "bge-m3-table1", "bge-m3-table11", "pyserini-1.6.0-2cr", "pyserini-1.6.0-2cr-dense", "pyserini-1.6.0-2cr-hybrid",
-        "pyserini-2.4.0-2cr", "pyserini-2.4.0-2cr-dense", "pyserini-2.4.0-2cr-hybrid",
+        "pyserini-2.4.0-2cr", "pyserini-2.4.0-2cr-dense", "pyserini-2.4.0-2cr-hybrid", "mteb-results-hn", "mteb-results-hn-v2",
         "mteb-results", "messirve-v1.0-notebook", "messirve-v1.0-figure3", "flagembedding-rerankers",
     }  # fmt: skip
     for needle in ("arXiv:2402.03216", "Table 1", "Table 11", "2cr/miracl.yaml", "1.6.0", "arXiv:2409.05994",
