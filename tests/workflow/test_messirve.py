@@ -54,8 +54,11 @@ def test_parquet_corpus_as_on_the_hub(tmp_path: Path) -> None:
     good = tmp_path / "eswiki.parquet"
     pq.write_table(pa.table({"docid": [1, 2], "title": ["A", "B"], "text": ["uno", "dos"]}), good)
     assert [p.docid for _, p in iter_corpus(good)] == ["1", "2"]
+    mteb = tmp_path / "mteb.parquet"  # MTEB's corpora name the id `_id` (or `id`)
+    pq.write_table(pa.table({"_id": ["7"], "title": [None], "text": ["siete"]}), mteb)
+    assert [(p.docid, p.title, p.text) for _, p in iter_corpus(mteb)] == [("7", "", "siete")]
     bad = tmp_path / "bad.parquet"
-    pq.write_table(pa.table({"id": ["1"], "text": ["uno"]}), bad)
+    pq.write_table(pa.table({"key": ["1"], "text": ["uno"]}), bad)
     with pytest.raises(InputError, match=f"{bad}: Parquet corpus has no 'docid' column"):
         list(iter_corpus(bad))
     nulls = tmp_path / "nulls.parquet"
