@@ -84,37 +84,85 @@ def test_set_counts_what_a_stage_reads_elsewhere() -> None:
 
 
 FAKE_JAVA = """#!{python}
-import sys, time
+import os, sys, time
+
+def wait(name):  # the test says when to go on: no step depends on timing
+    for _ in range(6000):
+        if os.path.exists(name):
+            return
+        time.sleep(0.01)
+    sys.exit("the test never said go")
+
 # IndexCollection's progress line once a minute, here in pieces (a read may end inside a line)
-for piece in ("2024-01-01 00:00:00 IndexCollection - 50.00% of files completed, 1,2", "34 documents indexed\\n"):
-    sys.stdout.write(piece); sys.stdout.flush(); time.sleep(0.3)
-time.sleep(0.6)
+sys.stdout.write("2024-01-01 00:00:00 IndexCollection - 50.00% of files completed, 1,2"); sys.stdout.flush()
+wait({first!r})
+sys.stdout.write("34 documents indexed\\n"); sys.stdout.flush()
+wait({second!r})
 sys.stdout.write("2024-01-01 00:01:00 IndexCollection - indexed:        2,468\\n")
 """
+
+
+def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(6000):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never: {what}")
 
 
 def test_lucene_indexing_reports_anserinis_count_while_it_runs(
     tmp_path, monkeypatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Anserini logs its count once a minute: the index job's progress lines (at least every period) carry it,
-    with the rate and the time left; a count cut between two reads is read whole."""
+    with the rate and the time left; a count cut between two reads is read whole. The fake Anserini waits for
+    the test at each step, so the read that ends inside the line always happens."""
+    import os
+    import threading
+
     from miracl_eval.lucene import anserini
 
+    first, second = tmp_path / "first", tmp_path / "second"
     java = tmp_path / "java"
-    java.write_text(FAKE_JAVA.format(python=sys.executable))
+    java.write_text(FAKE_JAVA.format(python=sys.executable, first=str(first), second=str(second)))
     java.chmod(0o755)
+    reads: list[bytes] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        reads.append(data)
+        return data
+
     monkeypatch.setattr(anserini, "java_executable", lambda: str(java))
-    monkeypatch.setattr(anserini, "POLL_SECONDS", 0.05)
-    monkeypatch.setattr(progress_module, "EVERY", 0.1)
+    monkeypatch.setattr(anserini, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(anserini.os, "pread", pread)
+    monkeypatch.setattr(progress_module, "EVERY", 0.05)
 
     def write(folder) -> int:
         (folder / "part-000.jsonl").write_text("")
         return 2468
 
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"index {tmp_path / 'index'}: ")]
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anserini.build_index(tmp_path / "index", write, lambda i, o: [], None, "1g")
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failed.append(err)
+
     with caplog.at_level(logging.INFO, logger=anserini.log.name):
-        anserini.build_index(tmp_path / "index", write, lambda i, o: [], None, "1g")
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"index {tmp_path / 'index'}: ")]
-    counts = {line.split(": ")[1].split(" of ")[0] for line in lines}
-    assert counts <= {"0", "1,234", "2,468"} and "1,234" in counts, lines
-    assert any("1,234 of 2,468 passages (50.0 %)" in line and "passages/s, about" in line for line in lines)
+        job = threading.Thread(target=run)
+        job.start()
+        _until(lambda: any(r.endswith(b"1,2") for r in reads), "a read ending inside the count")
+        first.touch()
+        _until(lambda: any("1,234 of 2,468" in line for line in lines()), "a progress line with the count")
+        second.touch()
+        job.join(60)
+    assert not failed and not job.is_alive()
+    counts = {line.split(": ")[1].split(" of ")[0] for line in lines()}
+    assert counts <= {"0", "1,234", "2,468"}, lines()  # never the cut count (2 or 34)
+    assert any("1,234 of 2,468 passages (50.0 %)" in line and "passages/s, about" in line for line in lines())
     assert (tmp_path / "index").is_dir()
