@@ -42,13 +42,12 @@ def side(name: str, passages: int, dim: int, queries: int, hits: int) -> dict[st
     import numpy as np
 
     from miracl_eval.faiss.blocks import _keep_top
-    from miracl_eval.faiss.storage import Stored, View, int8_ranges, pack_binary
+    from miracl_eval.faiss.storage import Stored, int8_ranges, pack_binary
 
     rng = np.random.default_rng(0)
     q = _unit(np.random.default_rng(1), queries, dim)
     storage = name.removeprefix("faiss-")
     ranges = int8_ranges([_unit(np.random.default_rng(0), CHUNK, dim)]) if storage == "int8" else None
-    view = View(storage=storage)
     index = None
     parts = []
     for start in range(0, passages, CHUNK):
@@ -64,9 +63,9 @@ def side(name: str, passages: int, dim: int, queries: int, hits: int) -> dict[st
             index = index or faiss.IndexBinaryFlat(dim)
             index.add(pack_binary(chunk))
         else:
-            parts.append(Stored(chunk, view, ranges).data)
+            parts.append(Stored(chunk, storage, ranges).data)
         del chunk
-    stored = Stored.of_codes(np.concatenate(parts), dim, view, ranges) if parts else None
+    stored = Stored.of_codes(np.concatenate(parts), dim, storage, ranges) if parts else None
     del parts
     held = index.ntotal * (index.code_size if name == "faiss-binary" else 4 * dim) if index else stored.data.nbytes
     started = time.perf_counter()

@@ -32,7 +32,7 @@ from miracl_eval import schemas
 from miracl_eval.atomic import atomic_output
 from miracl_eval.encoders.outputs import iter_vector_batches, vector_dim
 from miracl_eval.errors import InputError, MiraclEvalError
-from miracl_eval.faiss.storage import Stored, View, int8_ranges, truncate
+from miracl_eval.faiss.storage import Stored, View, int8_ranges
 from miracl_eval.jobs.progress import Progress
 from miracl_eval.runs import RunWriter, rank_table
 from miracl_eval.types import PathLike
@@ -82,13 +82,18 @@ def _query_chunks(queries: Mapping[str, PathLike], dim: int) -> Iterator[tuple[s
         yield from ((part, q, v) for q, v in iter_vector_batches(queries[part], key="qid", batch_rows=MERGE_CHUNK))
 
 
+def _query_rows(memory_mb: int, passages: int) -> int:
+    """Query rows per product: their float32 scores against the block within ``memory_mb``."""
+    return max(1, (memory_mb << 20) // max(1, 4 * passages))
+
+
 class _Scorer:
     """Top ``hits`` per query with every tie of the last one, on the CPU (numpy) or a GPU (torch)."""
 
     def __init__(self, vectors: np.ndarray, hits: int, device: str, memory_mb: int) -> None:
         self.n = len(vectors)
         self.hits = hits
-        self.rows = max(1, (memory_mb << 20) // max(1, 4 * self.n))  # query rows per product
+        self.rows = _query_rows(memory_mb, self.n)
         self.torch: Any = None
         self.vectors: Any  # numpy on the CPU, a torch tensor on the GPU
         if device.startswith("cuda"):
@@ -143,7 +148,7 @@ class _StoredScorer(_Scorer):
 
     def __init__(self, stored: Stored, hits: int, memory_mb: int) -> None:
         self.stored, self.n, self.hits, self.torch = stored, stored.n, hits, None
-        self.rows = max(1, (memory_mb << 20) // max(1, 4 * self.n))
+        self.rows = _query_rows(memory_mb, self.n)
 
     def _top_cpu(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return _keep_top(self.stored.scores(q), self.hits)
@@ -171,7 +176,7 @@ def calibrate(shards: Sequence[PathLike], output: PathLike, view: Mapping[str, A
     for _, vecs in iter_vector_batches(shards, key="docid", dim=dim):
         first = (-at) % step
         chosen = vecs[first::step]
-        picked.append(truncate(chosen, v.dimensions, v.normalize))
+        picked.append(v.truncate(chosen))
         used += len(chosen)
         at += len(vecs)
     ranges = int8_ranges(picked)
@@ -226,18 +231,17 @@ def block_search(
     look = View.of(dict(view) if view else None)
     if look.dimensions is not None and look.dimensions > dim:
         raise InputError(shards[0], f"the model's dimensions setting ({look.dimensions}) exceeds its vectors' {dim}")
+    vectors = look.truncate(vectors)  # passages and queries are seen through the view's dimensions once
     scorer: _Scorer
     floats: np.ndarray | None = None  # the float32 vectors that rescore (a view with rescore)
-    if look.storage == "float32":  # as encoded, or truncated: on the job's device
-        vectors = truncate(vectors, look.dimensions, look.normalize)
+    if look.storage == "float32":  # on the job's device
         scorer = _Scorer(vectors, hits, device, memory_mb)
     else:
-        stored = Stored(vectors, look, read_ranges(ranges) if ranges else None)
         if rescore:
-            floats = truncate(vectors, look.dimensions, look.normalize)
+            floats = vectors
             hits = rescore  # the stored scores choose the top `rescore`; the float32 ones rank them
-        scorer = _StoredScorer(stored, hits, memory_mb)
-        del vectors  # the block is held in the view's storage (and, to rescore, in float32)
+        scorer = _StoredScorer(Stored(vectors, look.storage, read_ranges(ranges) if ranges else None), hits, memory_mb)
+        del vectors  # the block is held in its storage (and, to rescore, in float32)
         device = "cpu"
     chunks: list[list[Any]] = []
     rows = 0
@@ -250,17 +254,15 @@ def block_search(
         writer = pq.ParquetWriter(tmp, schema, compression="zstd")
         try:
             for part, qids, qvecs in _query_chunks(queries, dim):
-                if look.storage == "float32":
-                    qvecs = truncate(qvecs, look.dimensions, look.normalize)
-                qrow, col, score = scorer.top(np.ascontiguousarray(qvecs, dtype=np.float32))
+                qvecs = np.ascontiguousarray(look.truncate(qvecs))
+                qrow, col, score = scorer.top(qvecs)
                 columns = {
                     "qid": qids.take(pa.array(qrow)),
                     "docid": docids.take(pa.array(col)),
                     "score": pa.array(score, pa.float32()),
                 }
                 if floats is not None:
-                    q = truncate(np.asarray(qvecs, dtype=np.float32), look.dimensions, look.normalize)
-                    columns["rescored"] = pa.array(np.einsum("ij,ij->i", q[qrow], floats[col]), pa.float32())
+                    columns["rescored"] = pa.array(np.einsum("ij,ij->i", qvecs[qrow], floats[col]), pa.float32())
                 table = pa.table(columns, schema=schema)
                 writer.write_table(table, row_group_size=max(1, len(table)))
                 chunks.append([part, len(qids)])

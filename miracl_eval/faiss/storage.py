@@ -21,16 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-Storage = Literal["float32", "float16", "int8", "binary"]
-STORAGES: tuple[str, ...] = ("float32", "float16", "int8", "binary")
 #: passages widened at a time when scoring int8 and float16 blocks
 SLAB = 1 << 16
-#: bytes per dimension of a stored vector
-BYTES_PER_DIM = {"float32": 4.0, "float16": 2.0, "int8": 1.0, "binary": 0.125}
 
 
 @dataclass(frozen=True)
@@ -41,10 +37,9 @@ class View:
     storage: str = "float32"
     normalize: bool = False  #: L2-normalise again after truncating (models that normalise)
 
-    @property
-    def plain(self) -> bool:
-        """Whether the view is the vectors as encoded."""
-        return self.dimensions is None and self.storage == "float32"
+    def truncate(self, vectors: np.ndarray) -> np.ndarray:
+        """Vectors seen through the view's dimensions (:func:`truncate`)."""
+        return truncate(vectors, self.dimensions, self.normalize)
 
     @classmethod
     def of(cls, spec: dict[str, Any] | None) -> View:
@@ -98,36 +93,35 @@ def pack_binary(vectors: np.ndarray) -> np.ndarray:
 
 
 class Stored:
-    """A block's passage vectors in a view's storage, and the scores of queries against them."""
+    """A block's passage vectors (already seen through the view's dimensions: :meth:`View.truncate`) in a
+    storage, and the scores of queries (likewise) against them."""
 
-    def __init__(self, vectors: np.ndarray, view: View, ranges: np.ndarray | None = None) -> None:
-        self.view = view
-        self.ranges = ranges
-        self.dim = vectors.shape[1] if view.dimensions is None else view.dimensions
-        if view.storage == "int8" and ranges is None:
+    def __init__(self, vectors: np.ndarray, storage: str, ranges: np.ndarray | None = None) -> None:
+        if storage == "int8" and ranges is None:
             raise ValueError("int8 storage needs the corpus's ranges")
-        self.data = self.encode(vectors)
-        self.n = len(self.data)
-        self._words = _words(self.data) if view.storage == "binary" else None
+        self.storage, self.ranges, self.dim = storage, ranges, vectors.shape[1]
+        self._hold(self.encode(vectors))
 
     @classmethod
-    def of_codes(cls, codes: np.ndarray, dim: int, view: View, ranges: np.ndarray | None = None) -> Stored:
-        """A store of vectors already in the view's storage (``codes``; ``dim``: the view's dimensions)."""
-        stored = cls(np.zeros((0, dim), np.float32), view, ranges)
-        stored.data, stored.n = codes, len(codes)
-        stored._words = _words(codes) if view.storage == "binary" else None
+    def of_codes(cls, codes: np.ndarray, dim: int, storage: str, ranges: np.ndarray | None = None) -> Stored:
+        """A store of vectors already in the storage (``codes``; ``dim``: their dimensions)."""
+        stored = cls(np.zeros((0, dim), np.float32), storage, ranges)
+        stored._hold(codes)
         return stored
 
+    def _hold(self, data: np.ndarray) -> None:
+        self.data, self.n = data, len(data)
+        self._words = _words(data) if self.storage == "binary" else None
+
     def encode(self, vectors: np.ndarray) -> np.ndarray:
-        """Vectors (passages or queries) in the view's storage."""
-        flat = truncate(vectors, self.view.dimensions, self.view.normalize)
-        storage = self.view.storage
-        if storage == "float16":
+        """Float vectors (passages or queries) in the storage."""
+        flat = np.asarray(vectors, dtype=np.float32)
+        if self.storage == "float16":
             return flat.astype(np.float16)
-        if storage == "int8":
+        if self.storage == "int8":
             assert self.ranges is not None
             return quantize_int8(flat, self.ranges)
-        if storage == "binary":
+        if self.storage == "binary":
             return pack_binary(flat)
         return flat
 
@@ -136,14 +130,11 @@ class Stored:
         return int(self.data.shape[1] * self.data.itemsize)
 
     def scores(self, queries: np.ndarray) -> np.ndarray:
-        """float32 scores ``[len(queries), n]`` of queries (float vectors, encoded here) against the block."""
-        storage = self.view.storage
+        """float32 scores ``[len(queries), n]`` of queries (float vectors in the view's dimensions, encoded
+        here) against the block."""
+        storage = self.storage
         # float16 holds the passages only: queries stay float32
-        q = (
-            truncate(queries, self.view.dimensions, self.view.normalize)
-            if storage == "float16"
-            else self.encode(queries)
-        )
+        q = np.asarray(queries, dtype=np.float32) if storage == "float16" else self.encode(queries)
         if storage == "binary":
             return self._binary_scores(q)
         if storage == "float32":
@@ -160,8 +151,8 @@ class Stored:
 
     def _binary_scores(self, q: np.ndarray) -> np.ndarray:
         """``dimensions - 2 * Hamming distance``, the bits compared 64 at a time."""
-        words = self._words if self._words is not None else _words(self.data)
-        qwords = _words(q)
+        assert self._words is not None
+        words, qwords = self._words, _words(q)
         scores = np.empty((len(q), self.n), dtype=np.float32)
         for i, row in enumerate(qwords):
             hamming = np.bitwise_count(np.bitwise_xor(words, row)).sum(axis=1, dtype=np.int64)

@@ -10,7 +10,7 @@ import pytest
 
 from miracl_eval.errors import InputError
 from miracl_eval.faiss import blocks
-from miracl_eval.faiss.storage import Stored, View, int8_ranges, pack_binary, quantize_int8, truncate
+from miracl_eval.faiss.storage import Stored, int8_ranges, pack_binary, quantize_int8, truncate
 from tests.helpers import write_vectors
 
 quant = pytest.importorskip("sentence_transformers.util.quantization")
@@ -55,17 +55,15 @@ def test_scores_are_exact_for_every_storage(d: int) -> None:
     rng = np.random.default_rng(d)
     corpus, queries = unit(rng, 300, d), unit(rng, 9, d)
     ranges = int8_ranges([corpus])
-    int8 = Stored(corpus, View(storage="int8"), ranges).scores(queries)
+    int8 = Stored(corpus, "int8", ranges).scores(queries)
     want = quantize_int8(queries, ranges).astype(np.int64) @ quantize_int8(corpus, ranges).astype(np.int64).T
     np.testing.assert_array_equal(int8, want.astype(np.float32))
     signs = lambda x: np.where(x > 0, 1, -1)  # noqa: E731 - the +-1 vectors whose dot product binary scores are
-    np.testing.assert_array_equal(
-        Stored(corpus, View(storage="binary")).scores(queries), signs(queries) @ signs(corpus).T
-    )
-    half = Stored(corpus, View(storage="float16")).scores(queries)
+    np.testing.assert_array_equal(Stored(corpus, "binary").scores(queries), signs(queries) @ signs(corpus).T)
+    half = Stored(corpus, "float16").scores(queries)
     np.testing.assert_allclose(half, queries @ corpus.astype(np.float16).astype(np.float32).T, rtol=1e-5, atol=1e-6)
-    assert Stored(corpus, View(storage="binary")).bytes_per_vector == -(-d // 8)
-    assert Stored(corpus, View(storage="int8"), ranges).bytes_per_vector == d
+    assert Stored(corpus, "binary").bytes_per_vector == -(-d // 8)
+    assert Stored(corpus, "int8", ranges).bytes_per_vector == d
 
 
 def test_calibration_takes_every_kth_vector_over_the_shards(tmp_path: Path) -> None:
