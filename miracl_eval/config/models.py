@@ -21,7 +21,7 @@ import yaml
 
 from miracl_eval.config.schema_tools import coerce_strings, first_error
 from miracl_eval.encoders.checkpoints import check_checkpoint, insecure_url
-from miracl_eval.encoders.registry import FAMILIES, FROM_CHECKPOINT_KEY
+from miracl_eval.encoders.registry import FAMILIES, FROM_CHECKPOINT_KEY, VIEW_SETTINGS
 from miracl_eval.errors import ConfigError, InputError
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "presets.yaml"
@@ -63,14 +63,20 @@ def presets() -> dict[str, Preset]:
     return load_presets(PRESETS_FILE)
 
 
+def _check_name(section: str, name: str) -> None:
+    if not NAME.match(name) or name in RESERVED:
+        raise ConfigError(
+            f"{section}.{name}", f"a {section[:-1]} name is letters, digits, '.', '_', '@' and '-' (and not 'bm25')"
+        )
+
+
 def preset_spec(
     section: str, name: str, given: Mapping[str, Any] | None, shipped: Mapping[str, Preset], families: Collection[str]
 ) -> dict[str, Any]:
     """The settings of entry ``name`` of config ``section`` (``models``, ``rerankers``): its preset's,
     overridden by those ``given``, with a known ``family``; ConfigError names ``{section}.{name}...``."""
     key = f"{section}.{name}"
-    if not NAME.match(name) or name in RESERVED:
-        raise ConfigError(key, f"a {section[:-1]} name is letters, digits, '.', '_', '@' and '-' (and not 'bm25')")
+    _check_name(section, name)
     if given is None:
         given = {}
     if not isinstance(given, Mapping):
@@ -163,7 +169,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
 
 
 #: what a view of another model (``view_of``) may set: how the vectors are searched, not how they are made
-VIEW_KEYS = frozenset({"view_of", "dimensions", "storage", "calibration_passages", "rescore"})
+VIEW_KEYS = frozenset(VIEW_SETTINGS)
 #: the families whose single vectors a view can search (an API model's too: its dimensions truncate)
 VIEWED_FAMILIES = ("dense", "openai")
 
@@ -177,8 +183,7 @@ def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         base = given["view_of"]
         key = f"models.{name}"
-        if not NAME.match(name):
-            raise ConfigError(key, "a model name is letters, digits, '.', '_', '@' and '-'")
+        _check_name("models", name)
         if base not in plain:
             why = "a view itself" if base in models else "not under `models`"
             raise ConfigError(

@@ -80,6 +80,10 @@ VIEW_SETTINGS: Mapping[str, Any] = {
 }
 
 
+#: the search settings of a model whose vectors are searched as encoded; other values make a row a view of it
+SEARCHED_AS_ENCODED: Mapping[str, Any] = {k: VIEW_SETTINGS[k]["default"] for k in ("dimensions", "storage", "rescore")}
+
+
 def _quantization(scale: float, rounding: str, description: str) -> dict[str, Any]:
     return {
         "type": "object",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from miracl_eval.atomic import atomic_output
+from miracl_eval.encoders.registry import OPENAI_URL, SEARCHED_AS_ENCODED
 from miracl_eval.evaluation.mteb_scores import retrieval_scores
 from miracl_eval.inputs.datasets import MIRACL_HN_REVISION
 from miracl_eval.types import PathLike
@@ -59,10 +60,7 @@ TASKS: Mapping[str, tuple[str, str]] = {
 MTEB_DATASETS = frozenset({"miracl", "miracl-hn"})
 #: the API version MTEB records as the revision of OpenAI's models (mteb 2.26, openai_models.py)
 OPENAI_REVISIONS: Mapping[str, str] = {"text-embedding-3-large": "3", "text-embedding-3-small": "3"}
-OPENAI_URL = "https://api.openai.com/v1"
 SUBMITTABLE, NOT_SUBMITTABLE = "results", "not_submittable"
-#: a model's search settings that make a row a variant (an experiment) when not these
-VIEW_PLAIN: Mapping[str, Any] = {"dimensions": None, "storage": "float32", "rescore": 0}
 EXPERIMENTS = "experiments"
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 #: characters mteb replaces with ``_`` in an experiment's name
@@ -138,7 +136,7 @@ def placement(label: str, row: Mapping[str, Any], revision: str | None, dataset:
         return Placement(checkpoint, str(revision), {"first_stage": row.get("first_stage")})
     # a method other than the model's main one, a view's dimensions, storage and rescoring: an experiment
     variant: dict[str, Any] = {} if row.get("main") else {"method": row.get("method")}
-    variant.update({k: settings[k] for k, plain in VIEW_PLAIN.items() if settings.get(k, plain) != plain})
+    variant.update({k: settings[k] for k, plain in SEARCHED_AS_ENCODED.items() if settings.get(k, plain) != plain})
     if row.get("api"):
         if settings.get("base_url") != OPENAI_URL or checkpoint not in OPENAI_REVISIONS:
             why = f"{checkpoint} through {settings.get('base_url')} is not a model MTEB knows"
@@ -195,6 +193,7 @@ def mteb_stage(
         task = TASKS[dataset][0]
         placed: dict[Path, str] = {}
         notes = []
+        versions = _versions()
         for label, given in rows.items():
             started = time.perf_counter()
             subsets = {p: retrieval_scores(iter_run_queries(runs[label][p]), judged[p]) for p in full}
@@ -214,14 +213,11 @@ def mteb_stage(
                 "miracl_eval": {"row": label, **{k: v for k, v in given.items() if k != "folder"}},
             }
             (folder / "model_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
-            settings = {"task": task, "splits": [split], "subsets": sorted(full), "version": _versions(),
+            settings = {"task": task, "splits": [split], "subsets": sorted(full), "version": versions,
                         "encode_kwargs": {}, "miracl_eval_row": label}  # fmt: skip
             (folder / "run_settings.jsonl").write_text(json.dumps(settings, default=str) + "\n", encoding="utf-8")
             rel = folder.relative_to(root)
-            notes.append(
-                f"- `{label}`: {'`' + str(rel) + '`'}"
-                + (f" (not submittable: {where.why_not})" if where.why_not else "")
-            )
+            notes.append(f"- `{label}`: `{rel}`" + (f" (not submittable: {where.why_not})" if where.why_not else ""))
         (root / "README.md").write_text(
             f"# MTEB results of this {dataset} run ({task}, split {split}, {len(full)} partitions)\n\n"
             f"`{SUBMITTABLE}/` is laid out as the results repository's `results/` (embeddings-benchmark/results): "

@@ -47,6 +47,7 @@ from typing import TypedDict
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.config.rerankers import THEN
 from miracl_eval.config.systems import METHOD_NAMES, RERANKED, system_facts
+from miracl_eval.encoders.registry import SEARCHED_AS_ENCODED
 from miracl_eval.errors import InputError
 from miracl_eval.evaluation import metrics
 from miracl_eval.tsv import data_rows, format_tsv
@@ -75,7 +76,7 @@ METHODS = frozenset({*METHOD_NAMES, "hybrid", RERANKED})
 MEAN = metrics.MEAN
 #: a dense model's search settings whose other values make a row another system than a source's, unless
 #: the source's row says otherwise (a truncated or quantised view of a model: miracl_eval.faiss.storage)
-SEARCH_AS_ENCODED: Mapping[str, object] = {"model.dimensions": None, "model.storage": "float32"}
+SEARCH_AS_ENCODED: Mapping[str, object] = {f"model.{k}": v for k, v in SEARCHED_AS_ENCODED.items()}
 #: configuration facts of every run of this workflow that are not configuration keys
 IMPLICIT_CONFIG: Mapping[str, str] = {"bm25.tokenizer": "lucene-analyzer"}
 
