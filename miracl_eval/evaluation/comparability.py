@@ -7,9 +7,12 @@ published ones (a partial corpus is the most common reproduction mistake, FlagEm
 
 The reference sizes ship as data (``data/reference/corpora.tsv``, ``data/reference/topics.tsv``;
 ``data/reference/SOURCES.md`` names the source of every number): the passages of each corpus and,
-per dataset version, split and partition, the queries, the judgements and two fingerprints
+per dataset version, split and partition, the queries, the judgements (qrels lines), the relevant
+judgements (relevance above 0), the judged passages (distinct passages of the qrels) and two fingerprints
 computed from the preprocessed Parquet files (:func:`qids_fingerprint`, :func:`qrels_fingerprint`).
-A reference value of ``-`` is unknown and not checked.
+A reference value of ``-`` is unknown and not checked: a source that publishes relevant judgements and
+judged passages but not the qrels lines (MTEB's descriptive statistics) still has a truncated or
+changed qrels download caught.
 
 :func:`compare` decides, on counts and fingerprints alone; :func:`comparability_stage` measures a
 run's files and writes ``results/{dataset}_comparability.tsv`` (:data:`COLUMNS`), which the
@@ -36,11 +39,13 @@ CORPORA_FILE = "corpora.tsv"
 TOPICS_FILE = "topics.tsv"
 CORPORA_COLUMNS: tuple[str, ...] = ("dataset", "corpus", "passages", "source")
 TOPICS_COLUMNS: tuple[str, ...] = (
-    "dataset", "version", "split", "partition", "queries", "judgements", "qids_sha256", "qrels_sha256", "source",
+    "dataset", "version", "split", "partition", "queries", "judgements", "relevant", "judged_passages",
+    "qids_sha256", "qrels_sha256", "source",
 )  # fmt: skip
 COLUMNS: tuple[str, ...] = (
     "partition", "corpus", "version", "passages", "full_passages", "queries", "full_queries",
-    "judgements", "full_judgements", "qids_fingerprint", "qrels_fingerprint", "comparable", "reason",
+    "judgements", "full_judgements", "relevant", "full_relevant", "judged_passages", "full_judged_passages",
+    "qids_fingerprint", "qrels_fingerprint", "comparable", "reason",
 )  # fmt: skip
 UNKNOWN = "-"
 #: the reason of a comparable partition
@@ -62,12 +67,33 @@ def qids_fingerprint(queries: PathLike) -> str:
     return _sha256_lines(schemas.read_table(queries, schemas.QUERIES).column("qid").to_pylist())
 
 
+@dataclass(frozen=True)
+class QrelsSizes:
+    """What a ``qrels.parquet`` holds: its judgements, the relevant ones (relevance above 0), the
+    distinct passages judged, and :func:`qrels_fingerprint`."""
+
+    judgements: int
+    relevant: int
+    judged_passages: int
+    sha256: str
+
+
+def qrels_sizes(qrels: PathLike) -> QrelsSizes:
+    """:class:`QrelsSizes` of a ``qrels.parquet``, read once."""
+    table = schemas.read_table(qrels, schemas.QRELS)
+    qids, docids, relevance = (table.column(name).to_pylist() for name in ("qid", "docid", "relevance"))
+    return QrelsSizes(
+        judgements=len(qids),
+        relevant=sum(1 for r in relevance if r > 0),
+        judged_passages=len(set(docids)),
+        sha256=_sha256_lines(f"{q}\t{d}\t{r}" for q, d, r in zip(qids, docids, relevance, strict=True)),
+    )
+
+
 def qrels_fingerprint(qrels: PathLike) -> str:
     """sha256 of the judgements of a ``qrels.parquet``, one per line (``qid\\tdocid\\trelevance\\n``),
     sorted by code point."""
-    table = schemas.read_table(qrels, schemas.QRELS)
-    columns = (table.column(name).to_pylist() for name in ("qid", "docid", "relevance"))
-    return _sha256_lines(f"{q}\t{d}\t{r}" for q, d, r in zip(*columns, strict=True))
+    return qrels_sizes(qrels).sha256
 
 
 # --------------------------------------------------------------------------- reference sizes
@@ -85,6 +111,8 @@ class Reference:
     judgements: int | None
     qids_sha256: str | None
     qrels_sha256: str | None
+    relevant: int | None
+    judged_passages: int | None
 
 
 @dataclass(frozen=True)
@@ -99,6 +127,8 @@ class Observed:
     judgements: int
     qids_sha256: str
     qrels_sha256: str
+    relevant: int
+    judged_passages: int
 
 
 @dataclass(frozen=True)
@@ -129,6 +159,10 @@ class Check:
             "full_queries": known(ref.queries if ref else None),
             "judgements": obs.judgements,
             "full_judgements": known(ref.judgements if ref else None),
+            "relevant": obs.relevant,
+            "full_relevant": known(ref.relevant if ref else None),
+            "judged_passages": obs.judged_passages,
+            "full_judged_passages": known(ref.judged_passages if ref else None),
             "qids_fingerprint": fingerprint(obs.qids_sha256, ref.qids_sha256 if ref else None),
             "qrels_fingerprint": fingerprint(obs.qrels_sha256, ref.qrels_sha256 if ref else None),
             "comparable": "yes" if self.comparable else "no",
@@ -179,6 +213,8 @@ def references(dataset: str, split: str, corpus_of: Mapping[str, str]) -> dict[s
                 judgements=_count(rec["judgements"], TOPICS_FILE, line),
                 qids_sha256=None if rec["qids_sha256"] == UNKNOWN else rec["qids_sha256"],
                 qrels_sha256=None if rec["qrels_sha256"] == UNKNOWN else rec["qrels_sha256"],
+                relevant=_count(rec["relevant"], TOPICS_FILE, line),
+                judged_passages=_count(rec["judged_passages"], TOPICS_FILE, line),
             )
         )
     return out
@@ -199,12 +235,23 @@ def compare(observed: Observed, reference: Reference | None) -> Check:
     """Whether ``observed`` is the full data of ``reference``, and if not, why (in plain words)."""
     if reference is None:
         return Check(observed, None, False, f"no reference sizes for partition {observed.partition}")
+    judgements = _sizes(observed.judgements, reference.judgements, "judgements", "qrels")
+    # relevant judgements and judged passages say more only when the number of judgements does not
+    # differ (or is not known: MTEB's statistics give only these two)
+    judged = (
+        (judgements,)
+        if judgements
+        else (
+            _sizes(observed.relevant, reference.relevant, "relevant judgements", "qrels"),
+            _sizes(observed.judged_passages, reference.judged_passages, "judged passages", "qrels"),
+        )
+    )
     reasons = [
         r
         for r in (
             _sizes(observed.passages, reference.passages, "passages", "corpus"),
             _sizes(observed.queries, reference.queries, "queries", "topics"),
-            _sizes(observed.judgements, reference.judgements, "judgements", "qrels"),
+            *judged,
         )
         if r
     ]
@@ -244,15 +291,18 @@ def measure(
     partition: str, corpus: str, version: str | None, corpus_parquet: PathLike, queries: PathLike, qrels: PathLike
 ) -> Observed:
     """A partition's sizes and fingerprints, from its preprocessed Parquet files (metadata and ids only)."""
+    judged = qrels_sizes(qrels)
     return Observed(
         partition=partition,
         corpus=corpus,
         version=version,
         passages=schemas.count_rows(corpus_parquet),
         queries=schemas.count_rows(queries),
-        judgements=schemas.count_rows(qrels),
+        judgements=judged.judgements,
         qids_sha256=qids_fingerprint(queries),
-        qrels_sha256=qrels_fingerprint(qrels),
+        qrels_sha256=judged.sha256,
+        relevant=judged.relevant,
+        judged_passages=judged.judged_passages,
     )
 
 

@@ -15,25 +15,24 @@ from miracl_eval.types import PathLike
 
 def comparability_html(checks: Sequence[Mapping[str, str]]) -> str:
     """The comparability table (:data:`miracl_eval.evaluation.comparability.COLUMNS`) as HTML, the reasons in words."""
-    header = ["partition", "passages", "full", "queries", "full", "judgements", "full", "fingerprints", "comparable",
-              "reason"]  # fmt: skip
+    sizes = ("passages", "queries", "judgements", "relevant", "judged_passages")
+    header = ["partition"]
+    for size in sizes:
+        header += [size.replace("_", " "), "full"]
+    header += ["fingerprints", "comparable", "reason"]
     rows = [
         [
             c["partition"],
-            c["passages"],
-            c["full_passages"],
-            c["queries"],
-            c["full_queries"],
-            c["judgements"],
-            c["full_judgements"],
+            *(c[k] for size in sizes for k in (size, f"full_{size}")),
             f"qids {c['qids_fingerprint']}, qrels {c['qrels_fingerprint']}",
             c["comparable"],
             c["reason"],
         ]
         for c in checks
     ]
-    classes = [["", *[""] * 7, "sig-pos" if c["comparable"] == "yes" else "sig-neg", ""] for c in checks]
-    return html_table(header, rows, classes, text_columns=(0, 7, 8, 9))
+    last = len(header) - 1
+    classes = [[*[""] * (last - 1), "sig-pos" if c["comparable"] == "yes" else "sig-neg", ""] for c in checks]
+    return html_table(header, rows, classes, text_columns=(0, last - 2, last - 1, last))
 
 
 def published_html(rows: Sequence[published.SideBySideRow], title: str, checks: Sequence[Mapping[str, str]]) -> str:

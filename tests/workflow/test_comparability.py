@@ -167,8 +167,14 @@ def test_the_sample_as_miracl_hn_says_what_of_mtebs_corpora_it_holds(tmp_path: P
     rows = {
         r["partition"]: r for r in comparability.read_comparability(tmp_path / "results/miracl-hn_comparability.tsv")
     }
-    assert rows["sw"]["reason"].startswith("160 of 131,924 passages; 12 of 482 queries")
-    assert rows["yo"]["reason"].startswith("161 of 49,043 passages; 13 of 119 queries")
+    # MTEB's statistics give relevant judgements and judged passages, not qrels lines
+    assert rows["sw"]["reason"] == (
+        "160 of 131,924 passages; 12 of 482 queries; 14 of 910 relevant judgements; 63 of 3,514 judged passages"
+    )
+    assert rows["yo"]["reason"] == (
+        "161 of 49,043 passages; 13 of 119 queries; 14 of 144 relevant judgements; 68 of 942 judged passages"
+    )
+    assert (rows["sw"]["judgements"], rows["sw"]["full_judgements"], rows["sw"]["full_relevant"]) == ("69", "-", "910")
     assert "sw: 160 of 131,924 passages" in proc.stdout + proc.stderr
     snakemake(tmp_path, write_config(tmp_path, cfg), "results/mteb/miracl-hn")
     assert "no MTEB result" in (tmp_path / "results/mteb/miracl-hn/README.md").read_text()

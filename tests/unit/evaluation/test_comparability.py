@@ -47,6 +47,8 @@ def full(ref: comparability.Reference, **changes: object) -> Observed:
         judgements=ref.judgements or 0,
         qids_sha256=ref.qids_sha256 or "",
         qrels_sha256=ref.qrels_sha256 or "",
+        relevant=ref.relevant or 0,
+        judged_passages=ref.judged_passages or 0,
     )
     return dataclasses.replace(obs, **changes)
 
@@ -94,11 +96,31 @@ def test_a_missing_query_or_a_changed_judgement_is_not_comparable() -> None:
     yo = miracl_refs()["yo"]
     missing = compare(full(yo, queries=118, judgements=1178, qids_sha256="other", qrels_sha256="other"), yo)
     assert (missing.comparable, missing.reason) == (False, "118 of 119 queries; 1,178 of 1,188 judgements")
+    fewer = compare(full(yo, judgements=1178, relevant=140, judged_passages=930, qrels_sha256="other"), yo)
+    assert fewer.reason == "1,178 of 1,188 judgements"  # the judgements say it; their parts are not repeated
+    flipped = compare(full(yo, relevant=143, qrels_sha256="0" * 64), yo)  # same lines, one made non-relevant
+    assert flipped.reason == "143 of 144 relevant judgements; the judgements differ from the full qrels'"
     changed = compare(full(yo, qrels_sha256="0" * 64), yo)  # same counts, one relevance flipped
     assert (changed.comparable, changed.reason) == (False, "the judgements differ from the full qrels'")
     assert changed.row()["qrels_fingerprint"] == "differs" and changed.row()["qids_fingerprint"] == "match"
     renamed = compare(full(yo, qids_sha256="1" * 64), yo)
     assert (renamed.comparable, renamed.reason) == (False, "the query ids differ from the full topics'")
+
+
+def test_relevant_judgements_and_judged_passages_are_checked_where_only_they_are_known() -> None:
+    """MTEB publishes relevant judgements and judged passages but no qrels lines: a qrels download that
+    lost lines, or whose relevance changed, is still caught."""
+    refs = references("miracl-hn", "dev", {"ar": "ar", "sw": "sw"})
+    (sw,) = refs["sw"]
+    assert (sw.judgements, sw.relevant, sw.judged_passages, sw.qrels_sha256) == (None, 910, 3514, None)
+    assert compare(full(sw, judgements=5_092), sw).comparable  # any number of lines, the statistics equal
+    flipped = compare(full(sw, relevant=909), sw)
+    assert (flipped.comparable, flipped.reason) == (False, "909 of 910 relevant judgements")
+    lost = compare(full(sw, relevant=905, judged_passages=3_500), sw)
+    assert lost.reason == "905 of 910 relevant judgements; 3,500 of 3,514 judged passages"
+    assert lost.row()["full_judgements"] == "-" and lost.row()["full_relevant"] == 910
+    (ar,) = refs["ar"]  # a sampled language: MTEB's 1,000 of MIRACL's 2,896 queries
+    assert (ar.queries, ar.relevant, ar.judged_passages) == (1_000, 1_982, 9_560)
 
 
 def test_messirve_counts_and_versions() -> None:
@@ -205,6 +227,8 @@ def test_shipped_fingerprints_equal_the_real_dev_files(miracl_dev: Path, tmp_pat
         assert schemas.count_rows(qrels) == refs[lang].judgements, lang
         assert comparability.qids_fingerprint(queries) == refs[lang].qids_sha256, lang
         assert comparability.qrels_fingerprint(qrels) == refs[lang].qrels_sha256, lang
+        sizes = comparability.qrels_sizes(qrels)
+        assert (sizes.relevant, sizes.judged_passages) == (refs[lang].relevant, refs[lang].judged_passages), lang
 
 
 def corpus_of_size(path: Path, n: int) -> Path:
