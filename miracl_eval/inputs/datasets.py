@@ -21,6 +21,15 @@ MESSIRVE_COUNTRIES: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class HubConfigs:
+    """The config names (templates with ``{part}``) of an MTEB retrieval dataset on the hub."""
+
+    corpus: str = "{part}-corpus"
+    queries: str = "{part}-queries"
+    qrels: str = "{part}-qrels"
+
+
+@dataclass(frozen=True)
 class HubFiles:
     """Where the Hugging Face hub keeps a dataset's files.
 
@@ -38,10 +47,9 @@ class HubFiles:
     #: a regular expression whose group ``version`` finds the releases among the file names of
     #: ``topics_repo``; None when the dataset's ``version`` is fixed
     version_pattern: str | None = None
-    #: topics and qrels as Parquet shards under these folders of ``topics_repo`` (``{part}``, ``{split}``)
-    #: instead of one file each (``topics_file``, ``qrels_file``): an MTEB dataset's configs
-    topics_prefix: str | None = None
-    qrels_prefix: str | None = None
+    #: an MTEB dataset: corpus, queries and qrels are configs of the repository, read as the ``datasets``
+    #: library reads them (:mod:`miracl_eval.inputs.hub_card`) in place of the prefixes and files above
+    configs: HubConfigs | None = None
 
 
 @dataclass(frozen=True)
@@ -137,14 +145,13 @@ MIRACL_HN = Dataset(
     title_join="{title} {text}",
     hub=HubFiles(
         corpus_repo="mteb/MIRACLRetrievalHardNegatives",
-        # MTEB loads the configs {lang}-corpus, {lang}-queries and {lang}-qrels (retrieval_dataset_loaders.py)
-        corpus_prefix="{part}-corpus/",
+        corpus_prefix="",
         corpus_suffix=(".parquet",),
         topics_repo="mteb/MIRACLRetrievalHardNegatives",
         topics_file="",
         qrels_file="",
-        topics_prefix="{part}-queries/",
-        qrels_prefix="{part}-qrels/",
+        # MTEB loads the configs {lang}-corpus, {lang}-queries and {lang}-qrels (retrieval_dataset_loaders.py)
+        configs=HubConfigs(),
     ),
     version=MIRACL_HN_REVISION,
     query_instruction=WIKIPEDIA_QA_INSTRUCTION,

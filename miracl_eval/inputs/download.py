@@ -17,6 +17,7 @@ from pathlib import Path
 
 from miracl_eval.atomic import atomic_output, write_text_atomic
 from miracl_eval.errors import DownloadError
+from miracl_eval.inputs import hub_card
 from miracl_eval.inputs.datasets import Dataset
 
 OFFLINE_HINT = (
@@ -47,14 +48,19 @@ def _hub_download(repo: str, filename: str, revision: str, cache_dir: str | None
     return hf_hub_download(repo, filename, repo_type="dataset", revision=revision, cache_dir=cache_dir)
 
 
-def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str, what: str) -> list[str]:
-    """The hub paths of a dataset repository's files under ``prefix`` ending with one of ``suffix``, sorted."""
+def repo_files(repo: str, revision: str, what: str) -> list[str]:
+    """Every path of a hub dataset repository at ``revision``."""
     from huggingface_hub import HfApi
 
     try:
-        files = HfApi().list_repo_files(repo, repo_type="dataset", revision=revision)
+        return list(HfApi().list_repo_files(repo, repo_type="dataset", revision=revision))
     except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
         raise _fail(f"the file list of {what}", repo, err) from err
+
+
+def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str, what: str) -> list[str]:
+    """The hub paths of a dataset repository's files under ``prefix`` ending with one of ``suffix``, sorted."""
+    files = repo_files(repo, revision, what)
     chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(suffix))
     if not chosen:
         raise DownloadError(
@@ -64,9 +70,30 @@ def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str,
     return chosen
 
 
-def corpus_files(dataset: Dataset, corpus: str, revision: str = "main") -> list[str]:
-    """The hub paths of a corpus's files (MIRACL: ``miracl-corpus-v1.0-{lang}/docs-*.jsonl.gz``)."""
+def config_files(
+    repo: str, config: str, split: str, revision: str, cache_dir: str | None, what: str
+) -> list[str]:
+    """The Parquet files of an MTEB dataset's ``config`` and ``split``, found as the ``datasets`` library
+    finds them: by the ``configs`` of the repository's card."""
+    files = repo_files(repo, revision, what)
+    card = None
+    if hub_card.CARD in files:
+        try:
+            card = Path(_hub_download(repo, hub_card.CARD, revision, cache_dir)).read_text(encoding="utf-8")
+        except Exception as err:  # noqa: BLE001
+            raise _fail(f"'{hub_card.CARD}'", repo, err) from err
+    where = f"the hub dataset '{repo}' at revision {revision}"
+    return hub_card.config_files(files, card, config, split, (".parquet",), where)
+
+
+def corpus_files(dataset: Dataset, corpus: str, revision: str = "main", cache_dir: str | None = None) -> list[str]:
+    """The hub paths of a corpus's files (MIRACL: ``miracl-corpus-v1.0-{lang}/docs-*.jsonl.gz``; an MTEB
+    dataset: its ``{lang}-corpus`` config's files of the dataset's split)."""
     hub = dataset.hub
+    if hub.configs is not None:
+        config = hub.configs.corpus.format(part=corpus)
+        what = f"the {corpus} corpus"
+        return config_files(hub.corpus_repo, config, dataset.default_split, revision, cache_dir, what)
     prefix = hub.corpus_prefix.format(part=corpus)
     return listed_files(hub.corpus_repo, prefix, hub.corpus_suffix, revision, f"the {corpus} corpus")
 
@@ -79,7 +106,7 @@ def download_corpus(
     cache_dir: str | None = None,
 ) -> list[Path]:
     """Download every file of a corpus into ``output_dir`` (created atomically)."""
-    names = corpus_files(dataset, corpus, revision)
+    names = corpus_files(dataset, corpus, revision, cache_dir)
     out: list[Path] = []
     with atomic_output(output_dir, directory=True) as tmp:
         for i, name in enumerate(names):
@@ -172,7 +199,7 @@ def download_topics_qrels(
 ) -> None:
     """Download one partition's topics and qrels files of one release (default: the dataset's fixed one)."""
     hub = dataset.hub
-    if hub.topics_prefix is not None and hub.qrels_prefix is not None:
+    if hub.configs is not None:
         _download_parquet_topics_qrels(dataset, partition, split, topics_out, qrels_out, revision, cache_dir)
         return
     release = version or dataset.version
@@ -198,19 +225,17 @@ def _download_parquet_topics_qrels(
     cache_dir: str | None,
 ) -> None:
     """An MTEB dataset's queries (``id`` or ``_id``, ``text``) and qrels (``query-id``, ``corpus-id``,
-    ``score``), Parquet shards of its ``{part}-queries`` and ``{part}-qrels`` configs, written as the
-    topics TSV and TREC qrels every dataset's preprocessing reads."""
+    ``score``), Parquet shards of its ``{part}-queries`` and ``{part}-qrels`` configs (:func:`config_files`),
+    written as the topics TSV and TREC qrels every dataset's preprocessing reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     hub = dataset.hub
-    assert hub.topics_prefix is not None and hub.qrels_prefix is not None
+    assert hub.configs is not None
     tables = {}
-    for kind, prefix in (("queries", hub.topics_prefix), ("qrels", hub.qrels_prefix)):
-        folder = prefix.format(part=partition, split=split)
-        names = listed_files(hub.topics_repo, folder, (".parquet",), revision, f"the {partition} {kind}")
-        # a config's split is its files named {split}-*.parquet (or the config's only files)
-        named = [n for n in names if Path(n).name.startswith(f"{split}-")] or names
+    for kind, template in (("queries", hub.configs.queries), ("qrels", hub.configs.qrels)):
+        config = template.format(part=partition)
+        named = config_files(hub.topics_repo, config, split, revision, cache_dir, f"the {partition} {kind}")
         parts = []
         for name in named:
             try:
