@@ -37,6 +37,9 @@ from miracl_eval.lucene.release import engine_facts, pyserini_release
 from snakemake.settings.types import DeploymentMethod
 
 DATASET = get_dataset(config["dataset"])
+# a param of the corpus preprocessing only where passages are stripped (MTEB's datasets), so that the
+# recorded params of every other dataset's preprocessed corpus stay as they were (no rerun)
+STRIP_PASSAGES = {"strip": True} if DATASET.strip_passages else {}
 # what the rows are matched on beside the configuration when compared with published numbers: the
 # pyserini release the Lucene jobs run (its 2CR references change between releases)
 ENGINE_FACTS = engine_facts(

@@ -16,6 +16,7 @@ checkpoint preprocess_corpus:
     resources:
         **request("preprocess_corpus"),
     params:
+        **STRIP_PASSAGES,
         title_join=lambda wc: config["title_join"],
         duplicates=config["corpus"]["duplicates"],
     script:

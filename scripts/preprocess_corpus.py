@@ -11,7 +11,8 @@ run_stage(
     Call(
         "miracl_eval.inputs.preprocess",
         "build_corpus_from",
-        plain((sm.input[0], sm.output[0], sm.params.title_join, sm.params.duplicates)),
+        # strip: only for datasets whose passages are stripped (MTEB's), so other runs keep their params
+        plain((sm.input[0], sm.output[0], sm.params.title_join, sm.params.duplicates, sm.params.get("strip", False))),
     ),
     preload=sm.config["preload"],
 )

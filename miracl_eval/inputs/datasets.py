@@ -73,6 +73,9 @@ class Dataset:
     query_instruction: str = ""
     #: the hub revision downloads use unless ``hub.revision`` names another (None: the repository's main)
     revision: str | None = None
+    #: whether a passage's joined text (``contents``) is stripped of the whitespace around it, as MTEB's
+    #: loader strips ``title + " " + text`` (``mteb/_create_dataloaders.py``)
+    strip_passages: bool = False
 
     def corpus_of(self, partition: str) -> str:
         """The corpus that a partition's queries are searched against."""
@@ -156,6 +159,7 @@ MIRACL_HN = Dataset(
     version=MIRACL_HN_REVISION,
     query_instruction=WIKIPEDIA_QA_INSTRUCTION,
     revision=MIRACL_HN_REVISION,
+    strip_passages=True,
 )
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE, MIRACL_HN)}

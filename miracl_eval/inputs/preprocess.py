@@ -23,14 +23,14 @@ from miracl_eval.inputs.loading import iter_corpus, iter_qrels, iter_topics
 log = logging.getLogger(__name__)
 
 
-def join_title(title: str, text: str, template: str) -> str:
+def join_title(title: str, text: str, template: str, strip: bool = False) -> str:
     """Append the title to the passage as ``template`` says (``"{title} {text}"`` for MIRACL).
 
-    A passage without a title keeps its text unchanged.
+    A passage without a title keeps its text unchanged. ``strip``: the result without the whitespace
+    around it (MTEB's passages: ``(title + " " + text).strip()``, or ``text.strip()`` without a title).
     """
-    if not title:
-        return text
-    return template.format(title=title, text=text)
+    joined = template.format(title=title, text=text) if title else text
+    return joined.strip() if strip else joined
 
 
 def check_template(template: str) -> None:
@@ -97,7 +97,12 @@ def _duplicates(paths: Sequence[Path], suspects: set[int], policy: str) -> set[t
 
 
 def _write_corpus(
-    paths: Sequence[Path], writer: schemas.StreamWriter, template: str, batch_rows: int, skip: set[tuple[int, int]]
+    paths: Sequence[Path],
+    writer: schemas.StreamWriter,
+    template: str,
+    batch_rows: int,
+    skip: set[tuple[int, int]],
+    strip: bool,
 ) -> np.ndarray:
     """Write every passage but those in ``skip``; returns the sorted hashes of the docids written."""
     hashes = array("q")
@@ -110,7 +115,7 @@ def _write_corpus(
             cols["docid"].append(p.docid)
             cols["title"].append(p.title)
             cols["text"].append(p.text)
-            cols["contents"].append(join_title(p.title, p.text, template))
+            cols["contents"].append(join_title(p.title, p.text, template, strip))
             if len(cols["docid"]) >= batch_rows:
                 writer.write(cols)
                 cols = {name: [] for name in schemas.CORPUS.names}
@@ -127,8 +132,10 @@ def build_corpus(
     template: str,
     batch_rows: int = schemas.BATCH_ROWS,
     duplicates: str = "error",
+    strip: bool = False,
 ) -> CorpusStats:
-    """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents).
+    """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents: the title
+    joined by ``template``, without surrounding whitespace when ``strip``).
 
     Docids are checked for repeats from 8-byte hashes; only when two collide are the files read
     again for the exact lines. A passage repeated identically (a real corpus's quirk: pyserini's
@@ -146,7 +153,7 @@ def build_corpus(
     while True:
         try:
             with schemas.StreamWriter(output, schemas.CORPUS) as writer:
-                h = _write_corpus(paths, writer, template, batch_rows, skip)
+                h = _write_corpus(paths, writer, template, batch_rows, skip, strip)
                 if not len(h):
                     where = paths[0] if len(paths) == 1 else ", ".join(map(str, paths))
                     raise InputError(where, "the corpus is empty")
@@ -232,10 +239,14 @@ def corpus_inputs(source: str | os.PathLike[str]) -> list[Path]:
 
 
 def build_corpus_from(
-    source: str | os.PathLike[str], output: str | os.PathLike[str], template: str, duplicates: str = "error"
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    template: str,
+    duplicates: str = "error",
+    strip: bool = False,
 ) -> CorpusStats:
     """Stage entry point: preprocess a corpus file or folder of shards."""
-    return build_corpus(corpus_inputs(source), output, template, duplicates=duplicates)
+    return build_corpus(corpus_inputs(source), output, template, duplicates=duplicates, strip=strip)
 
 
 def build_topics(

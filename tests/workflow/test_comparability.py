@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from miracl_eval.evaluation import comparability, published
@@ -160,10 +161,22 @@ def test_a_comparable_run_gets_a_verdict_per_published_number(tmp_path: Path) ->
 
 
 def test_the_sample_as_miracl_hn_says_what_of_mtebs_corpora_it_holds(tmp_path: Path) -> None:
-    """MTEB's hard-negatives corpora as the dataset, from local files: the comparability lines name its sizes
-    (MTEB's statistics), and no MTEB result is written for a sample."""
+    """MTEB's hard-negatives corpora as the dataset, from local files: passages joined and stripped as MTEB
+    joins them, the comparability lines name its sizes (MTEB's statistics), and no MTEB result is written for
+    a sample."""
+    mteb_loader = pytest.importorskip("mteb._create_dataloaders")
     cfg = sample_config(["sw", "yo"], dataset="miracl-hn", methods=["bm25"], hybrids={}, rerankers={}, models={})
+    for lang in ("sw", "yo"):  # whitespace around some passages (Mr. TyDi's Swahili passages end with a space)
+        passages = [json.loads(line) for line in (SAMPLE / "miracl" / lang / "corpus.jsonl").read_text().splitlines()]
+        for i, p in enumerate(passages):
+            p["text"] = p["text"] + " " if i % 2 else "\n" + p["text"]
+        (tmp_path / "src" / lang).mkdir(parents=True)
+        (tmp_path / "src" / lang / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passages))
+    cfg["source"]["corpus"] = str(tmp_path / "src/{lang}/corpus.jsonl")
     proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl-hn_ndcg.tsv")
+    rows = pq.read_table(tmp_path / "resources/miracl-hn/corpus/sw/corpus.parquet").to_pylist()
+    assert [r["contents"] for r in rows] == [mteb_loader._corpus_to_dict(dict(r, id=r["docid"]))["text"] for r in rows]
+    assert rows[1]["contents"] != f"{rows[1]['title']} {rows[1]['text']}"  # stripped, as MTEB strips
     rows = {
         r["partition"]: r for r in comparability.read_comparability(tmp_path / "results/miracl-hn_comparability.tsv")
     }

@@ -32,6 +32,33 @@ def test_title_join_templates() -> None:
     assert join_title("", "sin título", "{title}. {text}") == "sin título"
 
 
+#: passages with whitespace around title or text, an empty title, a title of spaces
+EDGES = [
+    {"docid": "1#0", "title": "Nairobi", "text": "Nairobi ni mji mkuu. "},
+    {"docid": "1#1", "title": " Nairobi", "text": "\tMji.\n"},
+    {"docid": "2#0", "title": "", "text": "  bila kichwa  "},
+    {"docid": "3#0", "title": "   ", "text": " nafasi tu "},
+    {"docid": "4#0", "title": "Mombasa ", "text": "Mombasa ni mji."},
+]
+
+
+def test_stripped_passages_are_mtebs_text(tmp_path: Path) -> None:
+    """``strip`` (MTEB's datasets): contents equal MTEB's own passage text (``_corpus_to_dict``), while
+    title and text stay as they came; without it, whitespace is kept as MIRACL's tools keep it."""
+    mteb_loader = pytest.importorskip("mteb._create_dataloaders")
+    out = tmp_path / "corpus.parquet"
+    build_corpus([_corpus(tmp_path / "c.jsonl", EDGES)], out, "{title} {text}", strip=True)
+    rows = pq.read_table(out).to_pylist()
+    theirs = [mteb_loader._corpus_to_dict({"id": e["docid"], "title": e["title"], "text": e["text"]})["text"]
+              for e in EDGES]  # fmt: skip
+    assert [r["contents"] for r in rows] == theirs
+    assert [(r["title"], r["text"]) for r in rows] == [(e["title"], e["text"]) for e in EDGES]
+    build_corpus([tmp_path / "c.jsonl"], out, "{title} {text}")
+    kept = [r["contents"] for r in pq.read_table(out).to_pylist()]
+    assert kept[0] == "Nairobi Nairobi ni mji mkuu. " and kept[2] == "  bila kichwa  "
+    assert sum(a != b for a, b in zip(kept, theirs, strict=True)) == 4  # inner spaces stay in both
+
+
 def test_corpus_parquet_columns_and_contents(tmp_path: Path) -> None:
     out = tmp_path / "corpus.parquet"
     stats = build_corpus_from(SAMPLE / "miracl" / "sw" / "corpus.jsonl", out, "{title} {text}")
