@@ -33,6 +33,14 @@ def join_title(title: str, text: str, template: str, strip: bool = False) -> str
     return joined.strip() if strip else joined
 
 
+def strip_passage(title: str, text: str) -> tuple[str, str]:
+    """A passage's title and text as MTEB reads them: ``title + " " + text`` is MTEB's
+    ``(title + " " + text).strip()`` (``text.strip()`` without a title), so that a model's or reranker's
+    own ``"{title} {text}"`` join reads MTEB's passage too (a title of spaces is no title)."""
+    title = title.lstrip()
+    return (title, text.rstrip()) if title else ("", text.strip())
+
+
 def check_template(template: str) -> None:
     try:
         out = template.format(title="T", text="X")
@@ -112,10 +120,11 @@ def _write_corpus(
             if skip and (index, lineno) in skip:
                 continue
             hashes.append(hash(p.docid))
+            title, text = strip_passage(p.title, p.text) if strip else (p.title, p.text)
             cols["docid"].append(p.docid)
-            cols["title"].append(p.title)
-            cols["text"].append(p.text)
-            cols["contents"].append(join_title(p.title, p.text, template, strip))
+            cols["title"].append(title)
+            cols["text"].append(text)
+            cols["contents"].append(join_title(title, text, template, strip))
             if len(cols["docid"]) >= batch_rows:
                 writer.write(cols)
                 cols = {name: [] for name in schemas.CORPUS.names}
@@ -135,7 +144,8 @@ def build_corpus(
     strip: bool = False,
 ) -> CorpusStats:
     """Validate the corpus files and write ``corpus.parquet`` (docid, title, text, contents: the title
-    joined by ``template``, without surrounding whitespace when ``strip``).
+    joined by ``template``). ``strip`` (MTEB's datasets): title and text as :func:`strip_passage` gives
+    them, the contents without surrounding whitespace.
 
     Docids are checked for repeats from 8-byte hashes; only when two collide are the files read
     again for the exact lines. A passage repeated identically (a real corpus's quirk: pyserini's

@@ -166,8 +166,10 @@ def test_the_sample_as_miracl_hn_says_what_of_mtebs_corpora_it_holds(tmp_path: P
     a sample."""
     mteb_loader = pytest.importorskip("mteb._create_dataloaders")
     cfg = sample_config(["sw", "yo"], dataset="miracl-hn", methods=["bm25"], hybrids={}, rerankers={}, models={})
+    source = {}
     for lang in ("sw", "yo"):  # whitespace around some passages (Mr. TyDi's Swahili passages end with a space)
         passages = [json.loads(line) for line in (SAMPLE / "miracl" / lang / "corpus.jsonl").read_text().splitlines()]
+        source[lang] = passages
         for i, p in enumerate(passages):
             p["text"] = p["text"] + " " if i % 2 else "\n" + p["text"]
         (tmp_path / "src" / lang).mkdir(parents=True)
@@ -176,7 +178,8 @@ def test_the_sample_as_miracl_hn_says_what_of_mtebs_corpora_it_holds(tmp_path: P
     proc = snakemake(tmp_path, write_config(tmp_path, cfg), "results/miracl-hn_ndcg.tsv")
     rows = pq.read_table(tmp_path / "resources/miracl-hn/corpus/sw/corpus.parquet").to_pylist()
     assert [r["contents"] for r in rows] == [mteb_loader._corpus_to_dict(dict(r, id=r["docid"]))["text"] for r in rows]
-    assert rows[1]["contents"] != f"{rows[1]['title']} {rows[1]['text']}"  # stripped, as MTEB strips
+    assert [r["contents"] for r in rows] == [f"{r['title']} {r['text']}" for r in rows]  # a model's own join too
+    assert rows[1]["text"] == source["sw"][1]["text"].rstrip() != source["sw"][1]["text"]
     rows = {
         r["partition"]: r for r in comparability.read_comparability(tmp_path / "results/miracl-hn_comparability.tsv")
     }

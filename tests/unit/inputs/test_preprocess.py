@@ -43,20 +43,25 @@ EDGES = [
 
 
 def test_stripped_passages_are_mtebs_text(tmp_path: Path) -> None:
-    """``strip`` (MTEB's datasets): contents equal MTEB's own passage text (``_corpus_to_dict``), while
-    title and text stay as they came; without it, whitespace is kept as MIRACL's tools keep it."""
+    """``strip`` (MTEB's datasets): contents equal MTEB's own passage text (``_corpus_to_dict``), and so does
+    a model's or reranker's own ``"{title} {text}"`` join of the stored title and text; without it,
+    whitespace is kept as MIRACL's tools keep it."""
     mteb_loader = pytest.importorskip("mteb._create_dataloaders")
     out = tmp_path / "corpus.parquet"
-    build_corpus([_corpus(tmp_path / "c.jsonl", EDGES)], out, "{title} {text}", strip=True)
+    edges = [*EDGES, {"docid": "5#0", "title": " Lamu ", "text": "  "}]  # no text left: only the contents hold
+    build_corpus([_corpus(tmp_path / "c.jsonl", edges)], out, "{title} {text}", strip=True)
     rows = pq.read_table(out).to_pylist()
     theirs = [mteb_loader._corpus_to_dict({"id": e["docid"], "title": e["title"], "text": e["text"]})["text"]
-              for e in EDGES]  # fmt: skip
+              for e in edges]  # fmt: skip
     assert [r["contents"] for r in rows] == theirs
-    assert [(r["title"], r["text"]) for r in rows] == [(e["title"], e["text"]) for e in EDGES]
+    joined = [join_title(r["title"], r["text"], "{title} {text}") for r in rows]
+    assert joined[:-1] == theirs[:-1] and joined[-1] == "Lamu  " != theirs[-1] == "Lamu"
+    assert [(r["title"], r["text"]) for r in rows][:3] == [("Nairobi", "Nairobi ni mji mkuu."),
+                                                           ("Nairobi", "\tMji."), ("", "bila kichwa")]  # fmt: skip
     build_corpus([tmp_path / "c.jsonl"], out, "{title} {text}")
     kept = [r["contents"] for r in pq.read_table(out).to_pylist()]
     assert kept[0] == "Nairobi Nairobi ni mji mkuu. " and kept[2] == "  bila kichwa  "
-    assert sum(a != b for a, b in zip(kept, theirs, strict=True)) == 4  # inner spaces stay in both
+    assert sum(a != b for a, b in zip(kept, theirs, strict=True)) == 5  # Mombasa's inner spaces stay in both
 
 
 def test_corpus_parquet_columns_and_contents(tmp_path: Path) -> None:
