@@ -6,7 +6,7 @@ import re
 from miracl_eval.jobs import requests
 from miracl_eval.jobs.devices import gpu_faiss_installed
 from miracl_eval.config.validate import fill_placeholders
-from miracl_eval.inputs.datasets import get_dataset
+from miracl_eval.inputs.datasets import MIRACL_LANGUAGES, get_dataset
 from miracl_eval.encoders.registry import FAMILIES, encoding_settings
 from miracl_eval.encoders.checkpoints import hub_folder_name, is_hub_id
 from miracl_eval.fusion.weighted import (

@@ -10,7 +10,7 @@ rule tiny_model:
     input:
         expand(
             os.path.join(workflow.basedir, "sample/miracl/{lang}/corpus.jsonl"),
-            lang=DATASET.partitions if DATASET.name == "miracl" else [],
+            lang=MIRACL_LANGUAGES,
         ),
         os.path.join(workflow.basedir, "sample/messirve/corpus.jsonl"),
     output:
