@@ -12,7 +12,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from miracl_eval.atomic import atomic_output, write_text_atomic
@@ -48,19 +48,27 @@ def _hub_download(repo: str, filename: str, revision: str, cache_dir: str | None
     return hf_hub_download(repo, filename, repo_type="dataset", revision=revision, cache_dir=cache_dir)
 
 
-def repo_files(repo: str, revision: str, what: str) -> list[str]:
-    """Every path of a hub dataset repository at ``revision``."""
+def _fetch(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
+    """:func:`_hub_download`, its failure said in one sentence (:func:`_fail`)."""
+    try:
+        return _hub_download(repo, filename, revision, cache_dir)
+    except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
+        raise _fail(f"'{filename}'", repo, err) from err
+
+
+def repo_files(repo: str, revision: str, listing: str) -> list[str]:
+    """Every path of a hub dataset repository at ``revision`` (``listing``: what a failure calls the list)."""
     from huggingface_hub import HfApi
 
     try:
         return list(HfApi().list_repo_files(repo, repo_type="dataset", revision=revision))
     except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
-        raise _fail(f"the file list of {what}", repo, err) from err
+        raise _fail(listing, repo, err) from err
 
 
 def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str, what: str) -> list[str]:
     """The hub paths of a dataset repository's files under ``prefix`` ending with one of ``suffix``, sorted."""
-    files = repo_files(repo, revision, what)
+    files = repo_files(repo, revision, f"the file list of {what}")
     chosen = sorted(f for f in files if f.startswith(prefix) and f.endswith(suffix))
     if not chosen:
         raise DownloadError(
@@ -71,19 +79,16 @@ def listed_files(repo: str, prefix: str, suffix: tuple[str, ...], revision: str,
 
 
 def config_files(
-    repo: str, config: str, split: str, revision: str, cache_dir: str | None, what: str
-) -> list[str]:
-    """The Parquet files of an MTEB dataset's ``config`` and ``split``, found as the ``datasets`` library
-    finds them: by the ``configs`` of the repository's card."""
-    files = repo_files(repo, revision, what)
+    repo: str, configs: Sequence[str], split: str, revision: str, cache_dir: str | None, what: str
+) -> list[list[str]]:
+    """The Parquet files of each of an MTEB dataset's ``configs`` for ``split``, found as the ``datasets``
+    library finds them: by the ``configs`` of the repository's card (listed and read once)."""
+    files = repo_files(repo, revision, f"the file list of {what}")
     card = None
     if hub_card.CARD in files:
-        try:
-            card = Path(_hub_download(repo, hub_card.CARD, revision, cache_dir)).read_text(encoding="utf-8")
-        except Exception as err:  # noqa: BLE001
-            raise _fail(f"'{hub_card.CARD}'", repo, err) from err
+        card = Path(_fetch(repo, hub_card.CARD, revision, cache_dir)).read_text(encoding="utf-8")
     where = f"the hub dataset '{repo}' at revision {revision}"
-    return hub_card.config_files(files, card, config, split, (".parquet",), where)
+    return [hub_card.config_files(files, card, config, split, (".parquet",), where) for config in configs]
 
 
 def corpus_files(dataset: Dataset, corpus: str, revision: str = "main", cache_dir: str | None = None) -> list[str]:
@@ -93,7 +98,7 @@ def corpus_files(dataset: Dataset, corpus: str, revision: str = "main", cache_di
     if hub.configs is not None:
         config = hub.configs.corpus.format(part=corpus)
         what = f"the {corpus} corpus"
-        return config_files(hub.corpus_repo, config, dataset.default_split, revision, cache_dir, what)
+        return config_files(hub.corpus_repo, [config], dataset.default_split, revision, cache_dir, what)[0]
     prefix = hub.corpus_prefix.format(part=corpus)
     return listed_files(hub.corpus_repo, prefix, hub.corpus_suffix, revision, f"the {corpus} corpus")
 
@@ -110,10 +115,7 @@ def download_corpus(
     out: list[Path] = []
     with atomic_output(output_dir, directory=True) as tmp:
         for i, name in enumerate(names):
-            try:
-                local = _hub_download(dataset.hub.corpus_repo, name, revision, cache_dir)
-            except Exception as err:  # noqa: BLE001
-                raise _fail(f"'{name}'", dataset.hub.corpus_repo, err) from err
+            local = _fetch(dataset.hub.corpus_repo, name, revision, cache_dir)
             target = tmp / f"{i:04d}-{Path(name).name}"
             shutil.copyfile(local, target)
             out.append(Path(output_dir) / target.name)
@@ -154,16 +156,9 @@ def resolve_version(
         return setting
     if not from_hub:
         return None
-    from huggingface_hub import HfApi
-
     repo = dataset.hub.topics_repo
-    try:
-        files = HfApi().list_repo_files(repo, repo_type="dataset", revision=revision)
-    except Exception as err:  # noqa: BLE001 - huggingface_hub raises many types when offline
-        raise _fail(
-            f"the file list (to find the newest release; or pin one with {VERSION_SETTING})", repo, err
-        ) from err
-    versions = versions_in(dataset, files)
+    listing = f"the file list (to find the newest release; or pin one with {VERSION_SETTING})"
+    versions = versions_in(dataset, repo_files(repo, revision, listing))
     if not versions:
         raise DownloadError(
             f"the hub dataset '{repo}' has no versioned topics or qrels files at revision {revision}; "
@@ -207,10 +202,7 @@ def download_topics_qrels(
         raise DownloadError(f"{dataset.name}: no release of the topics and qrels was chosen ({VERSION_SETTING})")
     for template, out in ((hub.topics_file, topics_out), (hub.qrels_file, qrels_out)):
         name = template.format(part=partition, split=split, version=release)
-        try:
-            local = _hub_download(hub.topics_repo, name, revision, cache_dir)
-        except Exception as err:  # noqa: BLE001
-            raise _fail(f"'{name}'", hub.topics_repo, err) from err
+        local = _fetch(hub.topics_repo, name, revision, cache_dir)
         with atomic_output(out) as tmp:
             shutil.copyfile(local, tmp)
 
@@ -232,15 +224,16 @@ def _download_parquet_topics_qrels(
 
     hub = dataset.hub
     assert hub.configs is not None
+    configs = [template.format(part=partition) for template in (hub.configs.queries, hub.configs.qrels)]
+    found = config_files(hub.topics_repo, configs, split, revision, cache_dir, f"the {partition} queries and qrels")
     tables = {}
-    for kind, template in (("queries", hub.configs.queries), ("qrels", hub.configs.qrels)):
-        config = template.format(part=partition)
-        named = config_files(hub.topics_repo, config, split, revision, cache_dir, f"the {partition} {kind}")
+    for kind, named in zip(("queries", "qrels"), found, strict=True):
         parts = []
         for name in named:
+            local = _fetch(hub.topics_repo, name, revision, cache_dir)
             try:
-                parts.append(pq.read_table(_hub_download(hub.topics_repo, name, revision, cache_dir)))
-            except Exception as err:  # noqa: BLE001
+                parts.append(pq.read_table(local))
+            except Exception as err:  # noqa: BLE001 - a truncated or foreign file: said as the download's
                 raise _fail(f"'{name}'", hub.topics_repo, err) from err
         tables[kind] = (named[0], pa.concat_tables(parts, promote_options="default"))
     name, queries = tables["queries"]
