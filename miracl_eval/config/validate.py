@@ -15,6 +15,7 @@ from miracl_eval.config.models import resolve_models
 from miracl_eval.config.rerankers import resolve_rerankers
 from miracl_eval.config.schema_tools import coerce_strings, fill_defaults, first_error
 from miracl_eval.config.systems import parse_methods
+from miracl_eval.encoders.registry import SEARCHED_AS_ENCODED
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.datasets import get_dataset
 from miracl_eval.inputs.preprocess import check_template
@@ -106,8 +107,8 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
         if spec.get("rescore") and spec.get("storage", "float32") == "float32":
             raise ConfigError(f"models.{name}.rescore", "rescores vectors held as float16, int8 or binary (storage)")
         if spec["family"] in ("dense", "openai") and cfg["dense_index"]["type"] != "flat":
-            for key, plain in (("dimensions", None), ("storage", "float32")):
-                if spec.get(key) != plain:
+            for key in ("dimensions", "storage"):
+                if spec.get(key) != SEARCHED_AS_ENCODED[key]:
                     raise ConfigError(
                         f"models.{name}.{key}",
                         f"is searched by the exact search only (dense_index.type: flat), not {cfg['dense_index']['type']}",

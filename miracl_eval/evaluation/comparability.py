@@ -238,23 +238,13 @@ def compare(observed: Observed, reference: Reference | None) -> Check:
     judgements = _sizes(observed.judgements, reference.judgements, "judgements", "qrels")
     # relevant judgements and judged passages say more only when the number of judgements does not
     # differ (or is not known: MTEB's statistics give only these two)
-    judged = (
-        (judgements,)
-        if judgements
-        else (
-            _sizes(observed.relevant, reference.relevant, "relevant judgements", "qrels"),
-            _sizes(observed.judged_passages, reference.judged_passages, "judged passages", "qrels"),
-        )
-    )
-    reasons = [
-        r
-        for r in (
-            _sizes(observed.passages, reference.passages, "passages", "corpus"),
-            _sizes(observed.queries, reference.queries, "queries", "topics"),
-            *judged,
-        )
-        if r
-    ]
+    parts = () if judgements else (
+        _sizes(observed.relevant, reference.relevant, "relevant judgements", "qrels"),
+        _sizes(observed.judged_passages, reference.judged_passages, "judged passages", "qrels"),
+    )  # fmt: skip
+    passages = _sizes(observed.passages, reference.passages, "passages", "corpus")
+    queries = _sizes(observed.queries, reference.queries, "queries", "topics")
+    reasons = [r for r in (passages, queries, judgements, *parts) if r]
     if reference.passages is None:
         reasons.append(f"the full size of corpus {observed.corpus} is unknown")
     if observed.queries == reference.queries and reference.qids_sha256 not in (None, observed.qids_sha256):

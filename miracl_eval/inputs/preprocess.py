@@ -23,14 +23,14 @@ from miracl_eval.inputs.loading import iter_corpus, iter_qrels, iter_topics
 log = logging.getLogger(__name__)
 
 
-def join_title(title: str, text: str, template: str, strip: bool = False) -> str:
+def join_title(title: str, text: str, template: str) -> str:
     """Append the title to the passage as ``template`` says (``"{title} {text}"`` for MIRACL).
 
-    A passage without a title keeps its text unchanged. ``strip``: the result without the whitespace
-    around it (MTEB's passages: ``(title + " " + text).strip()``, or ``text.strip()`` without a title).
+    A passage without a title keeps its text unchanged.
     """
-    joined = template.format(title=title, text=text) if title else text
-    return joined.strip() if strip else joined
+    if not title:
+        return text
+    return template.format(title=title, text=text)
 
 
 def strip_passage(title: str, text: str) -> tuple[str, str]:
@@ -124,7 +124,8 @@ def _write_corpus(
             cols["docid"].append(p.docid)
             cols["title"].append(title)
             cols["text"].append(text)
-            cols["contents"].append(join_title(title, text, template, strip))
+            contents = join_title(title, text, template)
+            cols["contents"].append(contents.strip() if strip else contents)  # MTEB's: the join, stripped
             if len(cols["docid"]) >= batch_rows:
                 writer.write(cols)
                 cols = {name: [] for name in schemas.CORPUS.names}
