@@ -23,7 +23,7 @@ if DENSE_INDEX["type"] == "flat":
             "../envs/encode.yaml"
         threads: 1
         resources:
-            mem_mb=4000,
+            **request("int8_ranges"),
         params:
             shards=corpus_shards("dense"),
             view=search_view,

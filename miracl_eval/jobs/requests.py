@@ -138,6 +138,9 @@ COSTS: Mapping[str, Cost] = {
     # of 256 texts in flight, each answered within 4 s); its plan tokenizes up to 200k passages a corpus
     "encode_api": Cost(1000, 3, mem={"queries": 0.01}, seconds={"passages": 2e-3, "queries": 2e-3}),
     "api_cost_plan": Cost(2000, 20),
+    # int8 storage's ranges: every passage vector of the corpus read once (float16 at 1,024 dimensions: 2 kB
+    # each), a sample of them held (the default calibration_passages, 100k at 1,024 dimensions: 400 MB)
+    "int8_ranges": Cost(1500, 2, seconds={"passages": 5e-5}),
     "dense_index:flat": Cost(2000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
     "dense_index:hnsw": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 5e-3}, parallel=True),
     "dense_index:ivfpq": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 2e-4, "gflop": 0.05}, parallel=True),

@@ -46,6 +46,7 @@ SAMPLE_JOBS = {
     "dense_index": costs.Job(passages=24, dim=32),
     "dense_search": costs.Job(passages=24, queries=4, dim=32),
     "dense_block_search": costs.Job(passages=24, queries=4, dim=32),
+    "int8_ranges": costs.Job(passages=24, dim=32),
     "dense_merge": costs.Job(queries=4, candidates=1000),
     "union_components": costs.Job(passages=24, queries=3, candidates=2000),
     "rerank_components": costs.Job(passages=24, queries=3, candidates=20, checkpoint_mb=3),
