@@ -1,5 +1,7 @@
 # BM25 with pyserini's MIRACL settings: the language's Lucene analyzer, k1=0.9, b=0.4.
 
+from miracl_eval.lucene.bm25 import DOCUMENT as BM25_DOCUMENT
+
 
 rule bm25_index:
     input:
@@ -18,6 +20,9 @@ rule bm25_index:
     params:
         language=lambda wc: DATASET.analyzer_language(wc.corpus),
         thai=config["bm25"]["thai"],
+        # what the index depends on beside its settings: a new Anserini or document layout indexes again
+        engine=ENGINE_FACTS["pyserini"]["release"],
+        document=lambda wc: BM25_DOCUMENT,
         java_heap=config["java_heap"],
     script:
         "../scripts/bm25_index.py"

@@ -2,6 +2,8 @@
 # quantized as the model's `quantization` says into a Lucene impact index, searched with the
 # queries' quantized weights (exact integer dot products).
 
+from miracl_eval.encoders.registry import models_with
+
 
 rule sparse_index:
     input:
@@ -13,7 +15,7 @@ rule sparse_index:
     benchmark:
         benchmark_path("sparse_index/{model}/{corpus}")
     wildcard_constraints:
-        model=_alternatives(models_with("sparse")),
+        model=_alternatives(models_with(MODELS, "sparse")),
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]
@@ -23,6 +25,8 @@ rule sparse_index:
         shards=corpus_shards("sparse"),
         quantization=model_setting("quantization"),
         java_heap=config["java_heap"],
+        # a new Anserini indexes again
+        engine=ENGINE_FACTS["pyserini"]["release"],
     script:
         "../scripts/sparse_index.py"
 
@@ -39,7 +43,7 @@ rule sparse_search:
     benchmark:
         benchmark_path("sparse_search/{model}/{part}")
     wildcard_constraints:
-        model=_alternatives(models_with("sparse")),
+        model=_alternatives(models_with(MODELS, "sparse")),
     conda:
         "../envs/lucene.yaml"
     threads: config["threads"]

@@ -17,6 +17,10 @@ when the run's configuration matches the source's:
   ``model.weights.sparse=0.3``, ``model.pooling=mean``, ``bm25.tokenizer=lucene-analyzer`` or
   ``first_stage.model=BAAI/bge-m3`` (``null``: a setting that is none, ``model.dimensions=null``).
 
+A row computed at a dataset revision (``hub.revision=...``, MTEB's results) is met by a run at that revision
+or at one known to hold the same data (:meth:`miracl_eval.inputs.datasets.Dataset.same_revision_data`: MTEB's
+MIRACL hard negatives at ``95c8db7d`` and ``d7d94fa4``); otherwise the reason names the revision to pin.
+
 pyserini's references also require ``pyserini.release``: a run is compared with the references of the
 pyserini release its Lucene jobs run (:mod:`miracl_eval.lucene.release`; the tables and the report add it
 to the run's configuration), and with neither set when it runs another.
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TypedDict
 
@@ -50,14 +54,15 @@ from miracl_eval.config.systems import METHOD_NAMES, RERANKED, system_facts
 from miracl_eval.encoders.registry import SEARCHED_AS_ENCODED
 from miracl_eval.errors import InputError
 from miracl_eval.evaluation import metrics
+from miracl_eval.inputs.datasets import DATASETS
 from miracl_eval.tsv import data_rows, format_tsv
 
 PACKAGE_DIR = "data/published"
 FILES: tuple[str, ...] = (
     "bge_m3_miracl_ndcg10.tsv",
-    "pyserini_miracl_bm25.tsv",
-    "pyserini_miracl_dense.tsv",
-    "pyserini_miracl_hybrid.tsv",
+    "pyserini_1.6.0_miracl_bm25.tsv",
+    "pyserini_1.6.0_miracl_dense.tsv",
+    "pyserini_1.6.0_miracl_hybrid.tsv",
     "pyserini_2.4.0_miracl_bm25.tsv",
     "pyserini_2.4.0_miracl_dense.tsv",
     "pyserini_2.4.0_miracl_hybrid.tsv",
@@ -229,6 +234,20 @@ def row_facts(run_config: Mapping[str, object], label: str) -> dict[str, object]
     return {**IMPLICIT_CONFIG, **system_facts(run_config, label)}
 
 
+#: the configuration key of the dataset revision a published number was computed at
+REVISION_KEY = "hub.revision"
+
+
+def other_revision(dataset: str, ours: object, theirs: str) -> str | None:
+    """Why a run at hub revision ``ours`` does not read the data of a number computed at ``theirs``
+    (and which revision to pin to meet it); None when it does."""
+    record = DATASETS.get(dataset)
+    if ours == theirs or (record is not None and record.same_revision_data(ours, theirs)):
+        return None
+    pin = record.revision_to_pin(theirs) if record is not None else theirs
+    return f"computed at dataset revision {theirs}, this run reads {ours}: set hub.revision: {pin} to meet it"
+
+
 def mismatch(row: Row, facts: Mapping[str, object]) -> str | None:
     """Why ``row`` is not comparable with our row of ``facts`` (:func:`row_facts`); None if it is."""
     method = facts["method"]
@@ -239,7 +258,11 @@ def mismatch(row: Row, facts: Mapping[str, object]) -> str | None:
     if row.model != "-" and not _same(facts.get("model"), row.model):
         return f"model {facts.get('model')!r} is not {row.model!r}"
     for key, value in row.config:
-        if not _same(facts.get(key), value):
+        if key == REVISION_KEY:
+            why = other_revision(row.dataset, facts.get(key), value)
+            if why:
+                return why
+        elif not _same(facts.get(key), value):
             return f"{key} is {facts.get(key)!r}, the source has {value}"
     said = {key for key, _ in row.config}
     for key, plain in SEARCH_AS_ENCODED.items():
@@ -326,7 +349,7 @@ def side_by_side(
         for r in relevant:
             if mismatch(r, facts) is not None:
                 continue
-            langs = languages.get((r.source_id, r.system)) or _dataset_partitions(dataset)
+            langs = languages.get((r.source_id, r.system)) or dataset_partitions(dataset)
             if comparable is not None and not set(langs if r.partition == MEAN else [r.partition]) <= set(comparable):
                 continue
             mine = _our_value(values, r.partition, langs)
@@ -354,10 +377,8 @@ def side_by_side(
     return out
 
 
-def _dataset_partitions(dataset: str) -> list[str]:
+def dataset_partitions(dataset: str) -> list[str]:
     """The partitions a published average is over, when a source prints only the average."""
-    from miracl_eval.inputs.datasets import DATASETS
-
     ds = DATASETS.get(dataset)
     return list(ds.partitions) if ds is not None and ds.mean_column else []
 

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from miracl_eval.lucene.jvm import autoclass
+
 log = logging.getLogger(__name__)
 
 Mode = Literal["language", "whitespace", "thai-python"]
@@ -59,8 +61,6 @@ class Analysis:
             if self.language != "en":  # as pyserini's CLI: English keeps the default analyzer
                 searcher.set_language(self.language)
             return
-        from miracl_eval.lucene.anserini import whitespace_analyzer
-
         searcher.set_analyzer(whitespace_analyzer())
 
     def describe(self) -> str:
@@ -72,11 +72,14 @@ class Analysis:
         }[self.mode]
 
 
+def whitespace_analyzer() -> Any:
+    """Lucene's ``WhitespaceAnalyzer`` (pyserini's ``-pretokenized``)."""
+    return autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
+
+
 @cache
 def jvm_segments_thai() -> bool:
     """Whether the running JVM has dictionary-based Thai word breaking (needed by ThaiAnalyzer)."""
-    from miracl_eval.lucene.anserini import autoclass
-
     locale = autoclass("java.util.Locale")("th")
     it = autoclass("java.text.BreakIterator").getWordInstance(locale)
     it.setText("ภาษาไทย")
@@ -85,8 +88,6 @@ def jvm_segments_thai() -> bool:
 
 @cache
 def _thai_stopwords() -> frozenset[str]:
-    from miracl_eval.lucene.anserini import autoclass
-
     stop = autoclass("org.apache.lucene.analysis.th.ThaiAnalyzer").getDefaultStopSet()
     words = set()
     it = stop.iterator()

@@ -46,21 +46,13 @@ from miracl_eval.atomic import atomic_output, scratch_dir
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.jobs.progress import Progress
 from miracl_eval.lucene.analyzers import Analysis
-from miracl_eval.lucene.jvm import ensure_jvm, java_executable, job_options
+from miracl_eval.lucene.jvm import autoclass, java_executable, job_options, vector_options
 from miracl_eval.runs import rank_table
 from miracl_eval.schemas import QUERY_CHUNK
 
 log = logging.getLogger(__name__)
 
 Hits = dict[str, list[tuple[str, float]]]
-
-
-def autoclass(name: str) -> Any:
-    """The Java class ``name``, from a JVM started by :func:`miracl_eval.lucene.jvm.ensure_jvm` (never pyserini's default)."""
-    ensure_jvm()
-    from pyserini.pyclass import autoclass
-
-    return autoclass(name)
 
 
 def _hits(results: Any) -> Hits:
@@ -154,10 +146,6 @@ class ImpactSearcher:
         self._searcher.close()
 
 
-def whitespace_analyzer() -> Any:
-    return autoclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
-
-
 def anserini_jar() -> str:
     import importlib.resources
 
@@ -245,7 +233,7 @@ def run_anserini(
     """Run an Anserini program in its own JVM; its output goes to ``log_path`` as it runs (appended),
     and is returned. ``on_output`` is given each new part of the output while it runs (looked at every
     :data:`POLL_SECONDS`; a part may end inside a line)."""
-    cmd = [java_executable(), f"-Xmx{heap}", *jvm_options, "-cp", anserini_jar(), main_class, *args]
+    cmd = [java_executable(), f"-Xmx{heap}", *vector_options(), *jvm_options, "-cp", anserini_jar(), main_class, *args]
     log.info("running %s", " ".join(cmd))
     preexec = _die_with_parent if sys.platform == "linux" else None
     with ExitStack() as stack:

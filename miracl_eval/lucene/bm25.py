@@ -4,6 +4,12 @@ The corpus is indexed with the language's Lucene analyzer (:mod:`miracl_eval.luc
 by Anserini's ``IndexCollection``, and searched with Anserini's ``SimpleSearcher`` (k1=0.9, b=0.4
 by default) in query chunks, the analysis read back from the index so that queries are analysed
 as the passages were.
+
+A passage's Lucene document is its title and text on two lines (:data:`DOCUMENT`), as Anserini's
+``MrTyDiCollection`` writes it: the collection pyserini's MIRACL indexes and MessIRve's authors' index were
+built from. Most analyzers split a newline as they split a space, but not all: Korean's (Lucene's
+KoreanAnalyzer, pyserini 2.3.0 and later) tokenizes ``title text`` otherwise than ``title\ntext``, and only
+the latter gives pyserini's scores.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ from miracl_eval.runs import RunWriter
 
 log = logging.getLogger(__name__)
 
+#: a passage's Lucene document, as Anserini's MrTyDiCollection makes it (the rule's param: a change re-indexes)
+DOCUMENT = "{title}\n{text}"
+
 
 def build_bm25_index(
     corpus: str | os.PathLike[str],
@@ -50,7 +59,7 @@ def build_bm25_index(
     log_path: str | os.PathLike[str] | None = None,
     heap: str = "4g",
 ) -> IndexResult:
-    """Index ``corpus.parquet``'s ``contents`` with the language's analysis, as pyserini does.
+    """Index ``corpus.parquet``'s passages (:data:`DOCUMENT`) with the language's analysis, as pyserini does.
 
     The analysis used is recorded in the index folder; :func:`index_analysis` reads it back.
     """
@@ -59,9 +68,10 @@ def build_bm25_index(
     empty: list[str] = []
 
     def chunks() -> Iterator[pa.Array]:
-        for batch in schemas.iter_batches(corpus, columns=["docid", "contents"]):
+        for batch in schemas.iter_batches(corpus, columns=["docid", "title", "text"]):
             docids = batch.column("docid")
-            contents = analysis.prepare_document_array(batch.column("contents"))
+            document = pc.binary_join_element_wise(batch.column("title"), batch.column("text"), "\n")
+            contents = analysis.prepare_document_array(document)
             blank = pc.match_substring_regex(contents, JAVA_BLANK)
             if pc.any(blank).as_py():
                 empty.extend(pc.filter(docids, blank).to_pylist())

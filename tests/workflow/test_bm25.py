@@ -61,10 +61,9 @@ def test_bm25_parameters_rerun_only_search_and_evaluation(sample_run: Path) -> N
 
 
 def test_bm25_equals_pyserini_searcher_called_directly(sample_run: Path) -> None:
-    from miracl_eval.lucene.jvm import ensure_jvm
+    from miracl_eval.lucene.offline import import_pyserini
 
-    ensure_jvm()
-    from pyserini.search.lucene import LuceneSearcher
+    LuceneSearcher = import_pyserini("pyserini.search.lucene").LuceneSearcher
 
     compared = expected = 0
     for lang in LANGS:

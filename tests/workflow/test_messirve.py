@@ -139,7 +139,7 @@ def test_bm25_with_the_datasets_join_equals_the_authors_mrtydi_collection(tmp_pa
 
     from miracl_eval.lucene.anserini import run_anserini
     from miracl_eval.lucene.bm25 import build_bm25_index
-    from miracl_eval.lucene.jvm import ensure_jvm
+    from miracl_eval.lucene.offline import import_pyserini
 
     build_corpus_from(SAMPLE / "messirve" / "corpus.jsonl", tmp_path / "c.parquet", MESSIRVE.title_join)
     build_bm25_index(tmp_path / "c.parquet", tmp_path / "ours", "es")
@@ -153,8 +153,7 @@ def test_bm25_with_the_datasets_join_equals_the_authors_mrtydi_collection(tmp_pa
          "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1", "-language", "es"],
         None, "1g",
     )  # fmt: skip
-    ensure_jvm()
-    from pyserini.search.lucene import LuceneSearcher
+    LuceneSearcher = import_pyserini("pyserini.search.lucene").LuceneSearcher
 
     searchers = [LuceneSearcher(str(tmp_path / name)) for name in ("ours", "theirs")]
     for s in searchers:

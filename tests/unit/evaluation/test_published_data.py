@@ -11,8 +11,15 @@ import yaml
 
 from miracl_eval.evaluation import published
 from miracl_eval.inputs.datasets import MIRACL_LANGUAGES
+from miracl_eval.lucene.release import installed_release
 
-DENSE, MTEB, HYBRID = "pyserini_miracl_dense.tsv", "mteb_miracl_e5.tsv", "pyserini_miracl_hybrid.tsv"
+#: the installed pyserini's references: they are checked against its own 2cr/miracl.yaml
+RELEASE = installed_release()
+DENSE, MTEB, HYBRID = (
+    f"pyserini_{RELEASE}_miracl_dense.tsv",
+    "mteb_miracl_e5.tsv",
+    f"pyserini_{RELEASE}_miracl_hybrid.tsv",
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +38,9 @@ def dev_scores(cond: dict) -> dict[str, float]:
 def test_new_files_are_loaded_and_documented() -> None:
     assert DENSE in published.FILES and MTEB in published.FILES and HYBRID in published.FILES
     rows = published.load_published()
-    assert {r.source_id for r in rows} >= {"pyserini-1.6.0-2cr-dense", "mteb-results"}
+    assert {r.source_id for r in rows} >= {f"pyserini-{RELEASE}-2cr-dense", "mteb-results"}
     sources = published.data_dir().joinpath("SOURCES.md").read_text(encoding="utf-8")
-    for name in (DENSE, MTEB, HYBRID, "MIRACLRetrieval.json", "pyserini-1.6.0-2cr-hybrid"):
+    for name in (DENSE, MTEB, HYBRID, "MIRACLRetrieval.json", f"pyserini-{RELEASE}-2cr-hybrid"):
         assert name in sources
     for name in (DENSE, MTEB):
         for row in published.load_published([name]):
@@ -57,7 +64,7 @@ def test_pyserini_dense_rows_equal_the_2cr_yaml(
         assert len(r.text) == 6  # as printed in the yaml, four decimals (0.4190 keeps its zero)
         args = shlex.split(cond["command"])
         assert args[args.index("--encoder") + 1] == r.model == model
-        assert dict(r.config) == {"model.pooling": pooling, "model.normalize": "false", "pyserini.release": "1.6.0"}
+        assert dict(r.config) == {"model.pooling": pooling, "model.normalize": "false", "pyserini.release": RELEASE}
 
 
 def test_pyserini_hybrid_rows_equal_the_2cr_yaml(two_click: dict[str, dict]) -> None:
@@ -66,7 +73,7 @@ def test_pyserini_hybrid_rows_equal_the_2cr_yaml(two_click: dict[str, dict]) -> 
     for r in rows:
         cond = two_click[r.system]
         assert (r.source_id, r.method, r.model) == (
-            "pyserini-1.6.0-2cr-hybrid",
+            f"pyserini-{RELEASE}-2cr-hybrid",
             "hybrid",
             "castorini/mdpr-tied-pft-msmarco",
         )
@@ -77,7 +84,7 @@ def test_pyserini_hybrid_rows_equal_the_2cr_yaml(two_click: dict[str, dict]) -> 
         settings = {key: args[args.index(f"--{key}") + 1] for key in ("method", "alpha", "depth", "k")}
         # BM25's run first, then the dense run
         expected = {"hybrid.systems": "bm25+dense", **{f"hybrid.{key}": value for key, value in settings.items()},
-                    "pyserini.release": "1.6.0"}  # fmt: skip
+                    "pyserini.release": RELEASE}  # fmt: skip
         assert dict(r.config) == expected
 
 
@@ -102,7 +109,7 @@ def test_bge_m3_dense_baselines_name_their_checkpoints_and_settings() -> None:
 
 def test_bge_m3_mdpr_and_mcontriever_are_pyserinis_2cr_rounded(two_click: dict[str, dict]) -> None:
     """An independent check of the transcription: Table 1's mDPR and mContriever rows are pyserini's 2CR
-    dev nDCG@10 ×100 to one decimal, except mDPR's Yoruba (39.6 printed, 44.39 in pyserini 1.6.0)."""
+    dev nDCG@10 ×100 to one decimal, except mDPR's Yoruba (39.6 printed, 44.39 in pyserini 1.6.0 and 2.4.0 alike)."""
     table1 = {(r.system, r.partition): r.text for r in published.load_published() if r.source_id == "bge-m3-table1"}
     differ = []
     for system, prefix in (("mDPR", "mdpr-tied-pft-msmarco"), ("mContriever", "mcontriever-tied-pft-msmarco")):

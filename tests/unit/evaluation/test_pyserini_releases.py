@@ -1,8 +1,10 @@
-"""pyserini's 2CR references per release: 1.6.0's (installed) and 2.4.0's (PR #2556 moved fa and ko), and a
-run compared with the references of the release its Lucene jobs run."""
+"""pyserini's 2CR references per release: 2.4.0's (installed, checked against its own yaml) and 1.6.0's (the
+BGE-M3 paper's; pyserini 2.3.0's PR #2556 moved fa and ko), and a run compared with the references of the
+release its Lucene jobs run."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -28,21 +30,27 @@ CHANGED = {
 
 
 def rows(release: str, kind: str) -> list[published.Row]:
-    name = f"pyserini_miracl_{kind}.tsv" if release == "1.6.0" else f"pyserini_{release}_miracl_{kind}.tsv"
+    name = f"pyserini_{release}_miracl_{kind}.tsv"
     assert name in published.FILES
     return published.load_published([name])
 
 
+#: sha256 of ``pyserini/2cr/miracl.yaml`` in the 2.4.0 release (SOURCES.md)
+YAML_2_4_0 = "5a3d17e3a2ca83cef97ed9c93714b65a05ea57c87d9190f6d53c9e51eee5db22"
+
+
 def test_the_installed_pyserini_is_the_pinned_one_and_its_references_are_shipped() -> None:
-    assert installed_release() == pinned_release(REPO / ENV_FILE) == "1.6.0"
-    assert 'pyserini==1.6.0"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert installed_release() == pinned_release(REPO / ENV_FILE) == "2.4.0"
+    assert 'pyserini==2.4.0"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
     import pyserini
 
-    spec = yaml.safe_load((Path(pyserini.__file__).parent / "2cr" / "miracl.yaml").read_text(encoding="utf-8"))
+    raw = (Path(pyserini.__file__).parent / "2cr" / "miracl.yaml").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == YAML_2_4_0
+    spec = yaml.safe_load(raw.decode("utf-8"))
     dev = {c["name"]: next(s for s in c["splits"] if s["split"] == "dev")["scores"][0] for c in spec["conditions"]}
     for kind in KINDS:
-        for r in rows("1.6.0", kind):
-            assert dict(r.config)["pyserini.release"] == "1.6.0" and r.source_id.startswith("pyserini-1.6.0-2cr")
+        for r in rows("2.4.0", kind):
+            assert dict(r.config)["pyserini.release"] == "2.4.0" and r.source_id.startswith("pyserini-2.4.0-2cr")
             assert r.text == f"{dev[r.system][r.measure]:.4f}"
 
 

@@ -150,7 +150,7 @@ def test_a_small_index_is_built_and_searched_by_short_job_jvms(
     for name, documents in (("short", 3), ("long", SHORT_JOB_DOCUMENTS)):
         (tmp_path / "bm25" / INDEX_FILE).write_text(json.dumps({"documents": documents}))
         code = (
-            "import sys; from miracl_eval.lucene.bm25 import bm25_search; from miracl_eval.lucene.anserini import "
+            "import sys; from miracl_eval.lucene.bm25 import bm25_search; from miracl_eval.lucene.jvm import "
             "autoclass; bm25_search(*sys.argv[1:5]); print(list(autoclass('java.lang.management.ManagementFactory')"
             ".getRuntimeMXBean().getInputArguments().toArray()))"
         )

@@ -52,7 +52,9 @@ def test_a_bm25_query_of_1107_words_ranks_as_pyserinis_searcher_with_the_limit_r
     assert "1 query beyond Lucene's 1,024 clauses, searched with the limit raised: long (1,107 terms)" in caplog.text
     ours = _hits(tmp_path / "run.parquet")
     assert set(ours) == {"long", "short"} and len(ours["long"]) == len(passages)  # each holds some of its words
-    from pyserini.search.lucene import LuceneSearcher
+    from miracl_eval.lucene.offline import import_pyserini
+
+    LuceneSearcher = import_pyserini("pyserini.search.lucene").LuceneSearcher
 
     searcher = LuceneSearcher(str(tmp_path / "bm25"))  # the same JVM: its clause limit is raised
     searcher.set_bm25(0.9, 0.4)

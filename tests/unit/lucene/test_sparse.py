@@ -116,10 +116,9 @@ def test_scores_are_exact_integer_dot_products(collection) -> None:
 def test_pyserini_query_string_scores_dot_product(collection) -> None:
     """LuceneImpactSearcher(index, query_encoder=None).search('17 17 99') = sum of q_w * d_w."""
     tmp, docs, _, _, _, _ = collection
-    from miracl_eval.lucene.jvm import ensure_jvm
+    from miracl_eval.lucene.offline import import_pyserini
 
-    ensure_jvm()
-    from pyserini.search.lucene import LuceneImpactSearcher
+    LuceneImpactSearcher = import_pyserini("pyserini.search.lucene").LuceneImpactSearcher
 
     searcher = LuceneImpactSearcher(str(tmp / "index"), query_encoder=None, min_idf=float("-inf"))
     query = {17: 0.02, 3: 0.011}
