@@ -23,21 +23,18 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from miracl_eval.encoders.checkpoints import HUB_ID, HUB_IGNORE, check_checkpoint, hub_error
-from miracl_eval.encoders.pipeline import TOKENIZE_SLICE, HostSettings, collect, plan_batches
+from miracl_eval.encoders.kinds import DENSE, ROLES, SPARSE, Role
+from miracl_eval.encoders.pipeline import TOKENIZE_SLICE, Batch, HostSettings, collect, encode_stream, plan_batches
 from miracl_eval.errors import ConfigError, InputError, MiraclEvalError
 from miracl_eval.jobs.devices import driver_version, held_gpus
-
-Role = Literal["query", "passage"]
-ROLES: tuple[Role, ...] = ("query", "passage")
-DENSE, SPARSE = "dense", "sparse"
 
 _DTYPES = {
     "float32": torch.float32,
@@ -137,8 +134,8 @@ def cuda_unusable(device: str, held: str | None) -> str:
         f"encoder.device '{device}': CUDA is not usable here{reason} ({given}; torch {torch.__version__}, "
         f"{'built for CUDA ' + build if build else 'a CPU-only build'}; NVIDIA driver "
         f"{driver or 'not found'}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}). "
-        "Install a torch build that this driver supports (README, 'GPUs'), or set encoder.device: cpu to "
-        "encode on the CPU on purpose"
+        "Install a torch build that this driver supports (the docs' Install page, 'torch and your CUDA driver': "
+        "docs/get-started/install.md), or set encoder.device: cpu to encode on the CPU on purpose"
     )
 
 
@@ -160,8 +157,9 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def resolve_model_dir(checkpoint: str | os.PathLike[str]) -> Path:
-    """A local folder for ``checkpoint``: the folder itself, or a hub snapshot for a hub id."""
+def resolve_model_dir(checkpoint: str | os.PathLike[str], revision: str | None = None) -> Path:
+    """A local folder for ``checkpoint``: the folder itself, or a hub snapshot (at ``revision``: the
+    hub's main when None) for a hub id."""
     path = Path(checkpoint).expanduser()
     if path.is_dir():
         return path
@@ -173,7 +171,7 @@ def resolve_model_dir(checkpoint: str | os.PathLike[str]) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id=name, ignore_patterns=HUB_IGNORE))
+        return Path(snapshot_download(repo_id=name, revision=revision, ignore_patterns=HUB_IGNORE))
     except Exception as err:  # noqa: BLE001 - offline, unknown repo, gated repo...: all mean the same here
         raise hub_error(name, err) from err
 
@@ -222,32 +220,23 @@ def load_checkpoint(
 # encoding
 
 
-@dataclass
-class Batch:
-    """One encoded batch, in the batch's (length-sorted) order; tensors stay on the model's device."""
-
-    positions: np.ndarray  # the batch rows' indices in the encoded text list
-    input_ids: np.ndarray  # int64 [B, L], right-padded
-    lengths: np.ndarray  # int64 [B], tokens including special ones
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # float32 outputs of the family's forward
-    ready: Any = None  # a CUDA event marking the end of the copies started by TransformerEncoder._start_host_copy
-
-    def wait(self) -> None:
-        """Block until the batch's tensors have reached the host (no-op when they were computed there)."""
-        if self.ready is not None:
-            self.ready.synchronize()
-            self.ready = None
-
-
 class TransformerEncoder:
     """The shared encoder: a family subclasses it with :meth:`prepare`, :meth:`forward` and :meth:`rows`.
 
     ``suffix_ids`` are appended to every text's ids after truncation (which keeps room for them).
+    ``from_checkpoint``: the settings read from the checkpoint's files rather than given; a max length
+    read there that is longer than the model's positions is cut to them (one given is an error).
     """
 
     outputs: tuple[str, ...] = ()
 
-    def __init__(self, ckpt: Checkpoint, spec: Mapping[str, Any], suffix_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        spec: Mapping[str, Any],
+        suffix_ids: Sequence[int] = (),
+        from_checkpoint: Sequence[str] = (),
+    ) -> None:
         self.model = ckpt.model
         self.tokenizer = ckpt.tokenizer
         self.path = ckpt.path
@@ -273,6 +262,9 @@ class TransformerEncoder:
             if n < len(self.suffix_ids) + 2:
                 raise ConfigError(f"{role}_max_length", f"{n} leaves no room for the text")
             if self.max_length_limit is not None and n > self.max_length_limit:
+                if f"{role}_max_length" in from_checkpoint:  # sentence-transformers' default: the positions
+                    self.spec[f"{role}_max_length"] = self.max_length_limit
+                    continue
                 raise ConfigError(
                     f"{role}_max_length",
                     f"{n} exceeds the model's limit of {self.max_length_limit} tokens ({self.path})",
@@ -294,8 +286,6 @@ class TransformerEncoder:
         progress: Any = None,
     ) -> Iterator[tuple[Any, dict[str, Any]]]:
         """``(key, outputs)`` per ``(key, texts)`` chunk, in order (:func:`pipeline.encode_stream`)."""
-        from miracl_eval.encoders.pipeline import encode_stream
-
         return encode_stream(self, chunks, role, kinds, settings, timings, progress)
 
     # ---------------------------------------------------------------- what a family says

@@ -33,18 +33,15 @@ import torch
 import torch.nn.functional as F
 
 from miracl_eval.encoders.base import (
-    DENSE,
-    SPARSE,
-    Batch,
     Checkpoint,
-    HostSettings,
-    Role,
     TransformerEncoder,
     chunk_rows,
     hidden_size,
     load_checkpoint,
     resolve_model_dir,
 )
+from miracl_eval.encoders.kinds import DENSE, SPARSE, Role
+from miracl_eval.encoders.pipeline import Batch, HostSettings
 from miracl_eval.errors import InputError
 
 SPARSE_HEAD = "sparse_linear.pt"
@@ -146,7 +143,7 @@ def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto", mul
     Raises :class:`InputError` naming a missing or corrupt head file or a bad checkpoint,
     :class:`DownloadError` when a hub id cannot be fetched.
     """
-    path = resolve_model_dir(spec["checkpoint"])
+    path = resolve_model_dir(spec["checkpoint"], spec.get("revision"))
     heads = [SPARSE_HEAD, COLBERT_HEAD] if multivec else [SPARSE_HEAD]
     ckpt = load_checkpoint(path, "AutoModel", device, dtype, required_files=heads)
     hidden = hidden_size(ckpt.model)

@@ -17,6 +17,12 @@ from miracl_eval.types import PathLike
 
 #: a Hugging Face hub model id (``org/name`` or ``name``)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+#: a hub revision a model may name (``revision``): a commit, a tag or a branch (``refs/pr/1``), no ``..``
+REVISION_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_./-]*$"
+#: the revision fetched when a model names none: the hub's ``main`` when it is fetched (the commit is recorded)
+DEFAULT_REVISION = "main"
+#: a commit id as the hub gives it (40 hex digits)
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: files of a hub repository that no family loads
 HUB_IGNORE = ["onnx/*", "imgs/*", "*.onnx", "*.onnx_data", "flax_model.msgpack", "rust_model.ot", "tf_model.h5"]
 #: the record a fetched checkpoint folder holds (repository, requested revision, commit, time)
@@ -32,9 +38,45 @@ def is_hub_id(checkpoint: str) -> bool:
     return bool(HUB_ID.match(checkpoint)) and not Path(checkpoint).expanduser().exists()
 
 
-def hub_folder_name(repo_id: str) -> str:
-    """The folder name of a fetched hub model (``BAAI/bge-m3`` -> ``BAAI--bge-m3``)."""
-    return repo_id.replace("/", "--")
+def pinned_revision(revision: str | None) -> str | None:
+    """The revision a model pins, None when it takes the default (left out, or ``main``)."""
+    return None if revision in (None, DEFAULT_REVISION) else revision
+
+
+def hub_folder_name(repo_id: str, revision: str | None = None) -> str:
+    """The folder name of a fetched hub model (``BAAI/bge-m3`` -> ``BAAI--bge-m3``; at a revision other
+    than ``main``: ``BAAI--bge-m3@v2``, ``BAAI--bge-m3@refs--pr--1``), so that each revision has its own."""
+    name = repo_id.replace("/", "--")
+    pinned = pinned_revision(revision)
+    return name if pinned is None else f"{name}@{pinned.replace('/', '--')}"
+
+
+def fetch_record(folder: PathLike) -> dict[str, Any] | None:
+    """A fetched folder's :data:`FETCH_RECORD` (repository, requested revision, commit, time); None without one."""
+    try:
+        record = json.loads((Path(folder) / FETCH_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def fetched_commit(folder: PathLike | None) -> str | None:
+    """The 40-hex commit a hub model's folder was fetched at (its :data:`FETCH_RECORD`); None when not known."""
+    record = fetch_record(folder) if folder is not None else None
+    commit = str(record.get("commit", "")) if record else ""
+    return commit if COMMIT.match(commit) else None
+
+
+def stale_fetch(folder: PathLike) -> str | None:
+    """One line when a fetched folder does not say which commit it holds (fetched by an earlier release, or
+    copied in by hand): what is unknown and how to fetch it again; None when it says."""
+    if not Path(folder).is_dir() or fetched_commit(folder) is not None:
+        return None
+    what = "has no" if fetch_record(folder) is None else "names no 40-hex commit in its"
+    return (
+        f"{folder} {what} {FETCH_RECORD}: the commit it holds is unknown (the settings page and the MTEB "
+        f"export say so); delete the folder to fetch it again"
+    )
 
 
 def hub_error(repo_id: str, err: BaseException) -> DownloadError:
@@ -46,15 +88,22 @@ def hub_error(repo_id: str, err: BaseException) -> DownloadError:
     )
 
 
-def fetch_checkpoint(repo_id: str, folder: PathLike, revision: str = "main") -> dict[str, Any]:
-    """Download hub model ``repo_id`` at ``revision`` into ``folder`` (atomically), pinned to the
-    commit the revision names then; the folder's :data:`FETCH_RECORD` says which. Raises
-    :class:`DownloadError` (:func:`hub_error`) when the hub cannot give it, :class:`InputError` when
-    what it gave is not a checkpoint."""
+def fetch_checkpoint(repo_id: str, folder: PathLike, revision: str = DEFAULT_REVISION) -> dict[str, Any]:
+    """Download hub model ``repo_id`` at ``revision`` (a commit, tag or branch) into ``folder`` (atomically),
+    pinned to the 40-hex commit the revision names then; the folder's :data:`FETCH_RECORD` says which.
+    Raises :class:`DownloadError` (:func:`hub_error`) when the hub cannot give it or names no commit,
+    :class:`InputError` when what it gave is not a checkpoint."""
     from huggingface_hub import HfApi, snapshot_download
 
     try:
-        commit = HfApi().model_info(repo_id, revision=revision).sha or revision
+        commit = str(HfApi().model_info(repo_id, revision=revision).sha or "")
+        if not COMMIT.match(commit):
+            if not COMMIT.match(revision):
+                raise DownloadError(
+                    f"the Hugging Face hub names no commit for revision '{revision}' of '{repo_id}' "
+                    f"(it gave {commit or 'none'}): name a commit as the model's `revision`"
+                )
+            commit = revision
         with atomic_output(folder, directory=True) as tmp:
             snapshot_download(repo_id=repo_id, revision=commit, local_dir=tmp, ignore_patterns=HUB_IGNORE)
             check_checkpoint(Path(tmp))
@@ -115,9 +164,30 @@ def check_checkpoint(path: Path) -> None:
 
 def insecure_url(url: str) -> bool:
     """Whether an API's ``url`` is neither ``https://`` nor a loopback address (a key would travel in clear)."""
+    import ipaddress
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    if parts.scheme == "https":
+    if parts.scheme.lower() == "https":
         return False
-    return not (parts.scheme == "http" and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"))
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    return not (parts.scheme.lower() == "http" and loopback)
+
+
+def leaky_url(url: str) -> str | None:
+    """Why an API's ``url`` cannot be used as a base URL without writing a secret or sending the key nowhere:
+    credentials in it, a query or fragment (a key there would be logged with the URL), no host; else None."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        return "holds credentials (user:password@): give the key through api_key_env, never in the URL"
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        return "has a query or fragment: a key there would be written wherever the URL is (logs, plans)"
+    if not parts.hostname:
+        return "has no host"
+    return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ import pyarrow.parquet as pq
 
 from miracl_eval import schemas, shards
 from miracl_eval.encoders import PRELOAD_MODULES, base, blocks, pipeline
-from miracl_eval.encoders.base import DENSE, SPARSE, HostSettings, Role, TransformerEncoder
+from miracl_eval.encoders.base import TransformerEncoder
+from miracl_eval.encoders.kinds import DENSE, SPARSE, Role
 from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY
+from miracl_eval.encoders.pipeline import HostSettings
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError
 from miracl_eval.inputs.passages import passage_texts, text_columns
@@ -190,7 +192,9 @@ def _write_encoded(
     rows = 0
     started = time.perf_counter()
     timings = pipeline.Timings()
-    with _AllOrNone(kinds) as out, Progress(total, desc, "texts", log) as progress:
+    # an API's answers are kept as they come until the files are published (a re-run asks for none of them again)
+    received = nullcontext() if isinstance(encoder, TransformerEncoder) else encoder.receiving(outputs[DENSE])
+    with received, _AllOrNone(kinds) as out, Progress(total, desc, "texts", log) as progress:
         for ids, encoded in encoder.encode_stream(chunks(), role, encoder.outputs, host, timings, progress.update):
             for kind, writer in out.writers.items():
                 if kind == DENSE:
@@ -343,10 +347,17 @@ def encode_corpus_block(
     encoder: TransformerEncoder | None = None
     done: list[dict[str, Any]] = []
     started = time.perf_counter()
+    files_of = {
+        shard: {kind: pattern.format(shard=shards.shard_name(shard)) for kind, pattern in shard_files.items()}
+        for shard in block_range
+    }
+    kept = _kept_from_earlier_release(
+        spec, device, dtype, used, dense_dtype, shard_size, block, corpus_parquet, manifest, files_of, not_before
+    )
     for shard in block_range:
-        files = {kind: pattern.format(shard=shards.shard_name(shard)) for kind, pattern in shard_files.items()}
+        files = files_of[shard]
         start, stop = _shard_rows(corpus_parquet, shard, shard_size)
-        if blocks.shard_is_done(files.values(), mark, stop - start, not_before):
+        if shard in kept.get("shards", ()) or blocks.shard_is_done(files.values(), mark, stop - start, not_before):
             log.info("shard %d: done before, kept", shard)
             done.append({"shard": shard, "rows": stop - start, "files": files, "encoded": False})
             continue
@@ -375,6 +386,7 @@ def encode_corpus_block(
     facts = {
         "fingerprint": mark,
         "dtype": used,
+        **({blocks.KEPT_KEY: kept} if kept else {}),
         "dim": dim,
         "device": str(encoder.device) if encoder is not None else None,
         "seconds": round(time.perf_counter() - started, 3),
@@ -390,6 +402,63 @@ def encode_corpus_block(
         "passages_encoded": encoded,
         **facts,
     }
+
+
+def _kept_from_earlier_release(
+    spec: Mapping[str, Any],
+    device: str,
+    dtype: str,
+    used: str,
+    dense_dtype: str,
+    shard_size: int,
+    block: str,
+    corpus_parquet: PathLike,
+    manifest: PathLike,
+    files_of: Mapping[int, Mapping[str, str]],
+    not_before: float,
+) -> dict[str, Any]:
+    """The shards of a block stamped by a release before the resolved dtype was recorded (``encoder.dtype:
+    auto`` stamped as ``auto``: :func:`blocks.earlier_fingerprint`) that stand as encoded in ``used``: those
+    of a corpus whose block manifests say they were encoded on the device type this job runs on. Returns what
+    the block's manifest records of them (:data:`blocks.KEPT_KEY`; empty for none). When they cannot stand,
+    one warning line, before the model loads, says which shards are encoded again and why."""
+    earlier = blocks.earlier_fingerprint(spec, dtype, dense_dtype, shard_size) if used != "api" else None
+    if earlier is None:
+        return {}
+    found = []
+    for shard, files in files_of.items():
+        start, stop = _shard_rows(corpus_parquet, shard, shard_size)
+        if blocks.shard_is_done(files.values(), earlier, stop - start, not_before):
+            found.append(shard)
+    if not found:
+        return {}
+    then = blocks.earlier_devices(Path(manifest).parent, earlier)
+    now = base.resolve_device(device).type
+    what = f"{len(found)} shard(s) of block {block} of {corpus_parquet} with {spec['checkpoint']}"
+    if then == {now}:
+        caveat = (
+            " (on a GPU, auto is bfloat16 where the GPU has it natively, float16 on an older one such as a V100 "
+            "or T4: if the shards were encoded on a GPU of the other kind, delete them to encode them again)"
+            if now == "cuda"
+            else ""
+        )
+        log.info(
+            "%s, encoded by an earlier release with encoder.dtype auto on %s, are kept as %s, what auto gives "
+            "here%s",
+            what, now, used, caveat,
+        )  # fmt: skip
+        return {"fingerprint": earlier, "device": now, "shards": found}
+    if then == {"cpu"}:
+        why = f"auto gave float32 on the CPU they were encoded on, and gives {used} on {now} here"
+    else:
+        where = f"on {', '.join(sorted(then))}" if then else "on a device that no block manifest of the corpus records"
+        why = f"they were encoded {where}, where auto may have given another dtype than the {used} it gives on {now}"
+    log.warning(
+        "%s, encoded by an earlier release with encoder.dtype auto (before the dtype it gave was recorded), are "
+        "encoded again: %s",
+        what, why,
+    )  # fmt: skip
+    return {}
 
 
 def _stored_dim(done: Sequence[Mapping[str, Any]]) -> int | None:

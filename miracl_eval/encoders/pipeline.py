@@ -32,12 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:  # the module is imported with the encoders, which import torch anyway
-    from miracl_eval.encoders.base import Role, TransformerEncoder
+from miracl_eval.encoders.kinds import DENSE, Role
+
+if TYPE_CHECKING:  # torch is imported by the threads that use it (the encoders import it anyway)
+    import torch
 
 K = TypeVar("K")
 
@@ -66,6 +68,51 @@ class HostSettings:
         for name in ("token_budget", "max_rows", "workers", "window"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+@dataclass
+class Batch:
+    """One encoded batch, in the batch's (length-sorted) order; tensors stay on the model's device."""
+
+    positions: np.ndarray  # the batch rows' indices in the encoded text list
+    input_ids: np.ndarray  # int64 [B, L], right-padded
+    lengths: np.ndarray  # int64 [B], tokens including special ones
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # float32 outputs of the family's forward
+    ready: Any = None  # a CUDA event marking the end of the copies started by the encoder's start_host_copy
+
+    def wait(self) -> None:
+        """Block until the batch's tensors have reached the host (no-op when they were computed there)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+            self.ready = None
+
+
+class BatchEncoder(Protocol):
+    """What the pipeline asks of an encoder (:class:`miracl_eval.encoders.base.TransformerEncoder` is one):
+    its texts prepared, tokenized and padded, a batch run on its device and copied back, the rows of a
+    non-dense output."""
+
+    dim: int | None
+    suffix_ids: tuple[int, ...]
+    device: torch.device
+
+    def max_length(self, role: Role) -> int: ...
+
+    def prime_tokenizer(self, max_length: int) -> None: ...
+
+    def token_ids(self, texts: list[str], max_length: int) -> list[list[int]]: ...
+
+    def prepare(self, texts: Sequence[str], role: Role) -> list[str]: ...
+
+    def pad(self, lists: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def run_batch(
+        self, positions: np.ndarray, ids: torch.Tensor, lengths: np.ndarray, kinds: Sequence[str]
+    ) -> Batch: ...
+
+    def start_host_copy(self, batch: Batch) -> None: ...
+
+    def rows(self, kind: str, batch: Batch) -> list[Any]: ...
 
 
 @dataclass
@@ -107,7 +154,7 @@ def plan_batches(lengths: np.ndarray, token_budget: int, max_rows: int) -> list[
 
 
 @dataclass
-class _Window(Generic[K]):
+class _Window[K]:
     key: K
     size: int
 
@@ -150,7 +197,9 @@ class _Pipeline:
                 continue
 
 
-def _window_source(chunks: Iterable[tuple[K, Sequence[str]]], window: int) -> Iterator[tuple[K, Sequence[str], bool]]:
+def _window_source[K](
+    chunks: Iterable[tuple[K, Sequence[str]]], window: int
+) -> Iterator[tuple[K, Sequence[str], bool]]:
     """The caller's chunks cut to at most ``window`` texts: (key, texts, last piece of its chunk)."""
     for key, texts in chunks:
         if len(texts) == 0:
@@ -159,8 +208,8 @@ def _window_source(chunks: Iterable[tuple[K, Sequence[str]]], window: int) -> It
             yield key, texts[start : start + window], start + window >= len(texts)
 
 
-def encode_stream(
-    encoder: TransformerEncoder,
+def encode_stream[K](
+    encoder: BatchEncoder,
     chunks: Iterable[tuple[K, Sequence[str]]],
     role: Role,
     kinds: Sequence[str],
@@ -169,12 +218,10 @@ def encode_stream(
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[K, dict[str, Any]]]:
     """Encode the texts of each ``(key, texts)`` chunk as ``role``; yields ``(key, outputs)`` in
-    chunk order, ``outputs`` as :meth:`TransformerEncoder.encode_outputs` gives them (a float32 array
+    chunk order, ``outputs`` as :meth:`miracl_eval.encoders.base.TransformerEncoder.encode_outputs` gives them (a float32 array
     for dense, a list per text otherwise). ``chunks`` is read in the planner thread, so reading and
     checking input happens there too (its errors reach the caller). ``timings``: filled in as it runs;
     ``progress``: called with each batch's number of texts once its outputs are in."""
-    from miracl_eval.encoders.base import DENSE
-
     max_length = encoder.max_length(role)
     cut = max_length - len(encoder.suffix_ids)
     encoder.prime_tokenizer(cut)  # the one-time probe of the tokenizer's fast path, before threads share it
@@ -329,8 +376,6 @@ def _take(q: queue.Queue, model_thread: threading.Thread) -> Any:
 
 
 def _joined(pieces: dict[str, list[Any]], kinds: Sequence[str], dim: int | None) -> dict[str, Any]:
-    from miracl_eval.encoders.base import DENSE
-
     joined: dict[str, Any] = {}
     for kind in kinds:
         if kind == DENSE:
@@ -342,7 +387,7 @@ def _joined(pieces: dict[str, list[Any]], kinds: Sequence[str], dim: int | None)
 
 
 def collect(
-    encoder: TransformerEncoder, texts: Sequence[str], role: Role, kinds: Sequence[str], settings: HostSettings
+    encoder: BatchEncoder, texts: Sequence[str], role: Role, kinds: Sequence[str], settings: HostSettings
 ) -> dict[str, Any]:
     """The outputs of one list of texts (:func:`encode_stream` over a single chunk)."""
     for _, outputs in encode_stream(encoder, [(None, texts)], role, kinds, settings):

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from miracl_eval.encoders.checkpoints import REVISION_PATTERN, pinned_revision
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.preprocess import check_template
 
@@ -30,6 +31,36 @@ def _max_length(role: str) -> dict[str, Any]:
         "minimum": 8,
         "default": 512,
         "description": f"{role} tokens kept, the tokenizer's special tokens included (longer {role}s are truncated)",
+    }
+
+
+#: the hub revision of a model whose weights are fetched (not an API's): part of what its outputs depend on
+REVISION_SETTING: Mapping[str, Any] = {
+    "revision": {
+        "type": ["string", "null"],
+        "pattern": REVISION_PATTERN,
+        "default": None,
+        "description": (
+            "the hub revision of the checkpoint: a commit, a tag or a branch; null: the hub's main when it is "
+            "fetched. Fetched once into its own folder, the 40-hex commit recorded (settings page, the effective "
+            "config, MTEB's model_meta.json); a new revision fetches and encodes again. Only for a hub id"
+        ),
+    },
+}
+
+
+def _from_checkpoint_max_length(role: str) -> dict[str, Any]:
+    return {
+        "type": ["integer", "null"],
+        "minimum": 8,
+        "default": None,
+        "description": (
+            f"{role} tokens kept, the tokenizer's special tokens included (longer {role}s are truncated); left "
+            "out: the checkpoint's sentence-transformers truncation (sentence_bert_config.json's max_seq_length, "
+            f"{'query_length' if role == 'query' else 'document_length'}, or the tokenizer's model_max_length "
+            "capped at the positions), else 512. A longer one than the checkpoint's is honoured, up to the "
+            "model's positions"
+        ),
     }
 
 
@@ -50,7 +81,7 @@ VIEW_SETTINGS: Mapping[str, Any] = {
         "default": None,
         "description": (
             "search the first N dimensions of the vectors (Matryoshka), normalised again when the model "
-            "normalises; left out: all"
+            "normalises; left out: all. Wider than the encoded vectors: the view's jobs stop naming it"
         ),
     },
     "storage": {
@@ -66,7 +97,10 @@ VIEW_SETTINGS: Mapping[str, Any] = {
         "type": "integer",
         "minimum": 1,
         "default": 100_000,
-        "description": "passages of a corpus (taken evenly over it) whose ranges calibrate int8 storage",
+        "description": (
+            "passages of a corpus (taken evenly over it) whose ranges calibrate int8 storage (all of a smaller "
+            "corpus); given for other storage, an error"
+        ),
     },
     "rescore": {
         "type": "integer",
@@ -74,7 +108,8 @@ VIEW_SETTINGS: Mapping[str, Any] = {
         "default": 0,
         "description": (
             "float16, int8 or binary storage: the top N hits by the stored vectors' scores are ranked again by "
-            "the float32 query and passage vectors (the run holds at most N hits); 0: no rescoring"
+            "the float32 query and passage vectors (the run holds at most N hits; N above hits: the top hits of "
+            "N ranked); 0: no rescoring"
         ),
     },
 }
@@ -158,6 +193,8 @@ class Family:
     module: str
     #: the family's defaults for some of :data:`COMMON_SETTINGS`
     common_defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: the family's own properties of some of :data:`COMMON_SETTINGS` (replacing them whole)
+    common_properties: Mapping[str, Any] = field(default_factory=dict)
     #: settings read only after encoding (indexing, fusion): changing them never re-encodes
     retrieval_settings: tuple[str, ...] = ()
     #: settings that change how (fast, at what cost) the texts are encoded, not the encodings
@@ -170,6 +207,7 @@ class Family:
         props = copy.deepcopy(dict(COMMON_SETTINGS))
         for key, value in self.common_defaults.items():
             props[key]["default"] = value
+        props.update(copy.deepcopy(dict(self.common_properties)))
         props.update(copy.deepcopy(dict(self.settings)))
         return props
 
@@ -253,6 +291,7 @@ FAMILIES: Mapping[str, Family] = {
                 "description": "dense candidates re-scored by the multi-vector scorer (multivec and all)",
             },
             "quantization": _quantization(100, "ceil", "lexical weights into the impact index: ceil(w * 100)"),
+            **REVISION_SETTING,
         },
         module="miracl_eval.encoders.bge_m3",
         common_defaults={"query_max_length": 256, "passage_max_length": 512},
@@ -265,13 +304,15 @@ FAMILIES: Mapping[str, Family] = {
         settings={
             "pooling": {
                 "type": ["string", "null"],
-                "enum": ["cls", "mean", "last", None],
+                "enum": ["cls", "mean", "last", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean", None],
                 "default": None,
                 "description": (
                     "cls: the first token's state; mean: the mean over the text's tokens (attention mask); "
                     "last: the last token's state, the text ending with the tokenizer's EOS token "
-                    "(appended when the tokenizer does not add it), as E5-mistral; left out: the checkpoint's "
-                    "sentence-transformers Pooling module (1_Pooling/config.json), else an error"
+                    "(appended when the tokenizer does not add it), as E5-mistral; lasttoken, max, "
+                    "mean_sqrt_len_tokens, weightedmean: sentence-transformers' modes (lasttoken: the last token, "
+                    "nothing appended); left out: the checkpoint's sentence-transformers Pooling module "
+                    "(1_Pooling/config.json), else an error"
                 ),
             },
             "normalize": {
@@ -304,20 +345,26 @@ FAMILIES: Mapping[str, Family] = {
                 "default": None,
                 "description": (
                     "a query instruction such as 'Instruct: {task}\\nQuery: {query}', every {query} replaced "
-                    "by the query and every {task} by query_instruction; when set, query_prefix is not used"
+                    "by the query and every {task} by query_instruction (in one pass); no other braces; when "
+                    "set, query_prefix is not used"
                 ),
             },
             "query_instruction": {
                 "type": ["string", "null"],
                 "default": None,
                 "description": (
-                    "the task description put in place of {task} in query_template; left out: the dataset's "
-                    "(MTEB's prompt for MIRACL). Changing it re-encodes the queries only"
+                    "the task description put in place of {task} in query_template, as written (not empty); left "
+                    "out: the dataset's (MTEB's prompt for MIRACL). Changing it re-encodes the queries only"
                 ),
             },
+            **REVISION_SETTING,
             **VIEW_SETTINGS,
         },
         module="miracl_eval.encoders.dense",
+        common_properties={
+            "query_max_length": _from_checkpoint_max_length("query"),
+            "passage_max_length": _from_checkpoint_max_length("passage"),
+        },
         retrieval_settings=tuple(VIEW_SETTINGS),
     ),
     "openai": Family(
@@ -378,14 +425,56 @@ FAMILIES: Mapping[str, Family] = {
                 "default": MAX_REQUEST_TOKENS,
                 "description": f"tokens summed over a request's texts at most (OpenAI's limit: {MAX_REQUEST_TOKENS:,})",
             },
-            "concurrency": {"type": "integer", "minimum": 1, "default": 8, "description": "requests in flight"},
+            "concurrency": {"type": "integer", "minimum": 1, "default": 8, "description": "requests in flight a job"},
+            "tokens_per_minute": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "default": None,
+                "description": (
+                    "the provider's token rate limit for this model and key (OpenAI's presets: tier 1's 1,000,000);"
+                    " the model's running jobs together keep under it, each to 1/api_jobs of it. null: no pace of "
+                    "the client's own (the provider's x-ratelimit headers and 429s still pace it)"
+                ),
+            },
+            "requests_per_minute": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "default": None,
+                "description": "the provider's request rate limit, kept to as tokens_per_minute is (null: none)",
+            },
+            "api_jobs": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 4,
+                "description": (
+                    "the most encoding jobs of this model that run at once (a Snakemake resource the workflow "
+                    "declares, api_<model>); each keeps to 1/api_jobs of tokens_per_minute and requests_per_minute"
+                ),
+            },
+            "patience": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": 1800,
+                "description": (
+                    "seconds a job goes on without an answered request (429s waited out, Retry-After however "
+                    "long, 5xx retried) before it fails; a pause asked for beyond it fails at once"
+                ),
+            },
             "max_retries": {
                 "type": "integer",
                 "minimum": 0,
                 "default": 8,
-                "description": "retries of a request after a 429, a 5xx, a timeout or a dropped connection",
+                "description": (
+                    "retries of a request after a 5xx, a timeout, a dropped connection or an answer cut short (a 429 "
+                    "is waited out instead, within patience)"
+                ),
             },
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "default": 120, "description": "seconds a request"},
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": 120,
+                "description": "seconds a request waits for its answer's start, and for all of it",
+            },
             "price_per_million_tokens": {
                 "type": "number",
                 "minimum": 0,
@@ -397,8 +486,9 @@ FAMILIES: Mapping[str, Family] = {
                 "minimum": 0,
                 "default": 0,
                 "description": (
-                    "the most the model's encodings may cost by the plan (tokens x price) before any request: a "
-                    "run whose plan is over it stops, naming both"
+                    "the most the model's encodings may cost: a run whose plan (tokens x price) is over it stops "
+                    "before any request; a job stops before a request that would take the spend its ledger "
+                    "records (every run, failed ones too) plus the rest of the plan over it"
                 ),
             },
         },
@@ -411,6 +501,10 @@ FAMILIES: Mapping[str, Family] = {
             "inputs_per_request",
             "tokens_per_request",
             "concurrency",
+            "tokens_per_minute",
+            "requests_per_minute",
+            "api_jobs",
+            "patience",
             "max_retries",
             "timeout",
             "price_per_million_tokens",
@@ -428,6 +522,7 @@ FAMILIES: Mapping[str, Family] = {
                 "round",
                 "weights into the impact index: round(w * 51.2), which is pyserini's round(w / 5 * 256)",
             ),
+            **REVISION_SETTING,
         },
         module="miracl_eval.encoders.splade",
         retrieval_settings=("quantization",),
@@ -447,7 +542,9 @@ _ROLE_SETTINGS: Mapping[str, tuple[str, ...]] = {"query": ("query_",), "passage"
 def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[str, Any]:
     """The part of a spec that the encodings depend on: without the family's retrieval settings and,
     for one ``role`` (``query`` or ``passage``), without the other role's settings. A rule passes this
-    as its params, so that a changed setting re-encodes exactly what it changes."""
+    as its params, so that a changed setting re-encodes exactly what it changes. The ``revision`` is there
+    only when pinned (not the default ``main``), so that the params of a model fetched before it was a
+    setting stay as they were."""
     family = get_family(spec["family"])
     other = {"query": "passage", "passage": "query", None: None}[role]
     drop = _ROLE_SETTINGS.get(other, ()) if other else ()
@@ -459,6 +556,7 @@ def encoding_settings(spec: Mapping[str, Any], role: str | None = None) -> dict[
         and k not in family.throughput_settings
         and k not in DESCRIPTIVE
         and k != FROM_CHECKPOINT_KEY
+        and not (k == "revision" and pinned_revision(v) is None)
         and not any(k.startswith(p) for p in drop)
     }
 
@@ -475,3 +573,26 @@ def get_family(name: str) -> Family:
         return FAMILIES[name]
     except KeyError:
         raise ConfigError("family", f"unknown model family {name!r}; valid: {', '.join(FAMILIES)}") from None
+
+
+def models_with(models: Mapping[str, Mapping[str, Any]], need: str) -> list[str]:
+    """The names of ``models`` (resolved specs by name) whose family stores the output ``need`` (``dense``,
+    ``sparse``) or has the method ``need`` (``multivec``), in their order."""
+    return [
+        name
+        for name, spec in models.items()
+        if need in FAMILIES[spec["family"]].outputs or need in FAMILIES[spec["family"]].methods
+    ]
+
+
+def searched_view(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """How a model's vectors are searched (the settings of :class:`miracl_eval.faiss.storage.View`): their first
+    ``dimensions`` (None: all), their ``storage``, and whether they are normalised again after truncation."""
+    api = FAMILIES[spec["family"]].remote
+    return {
+        # an API model's own dimensions are the API's (its vectors are that size); a view's truncate
+        "dimensions": spec.get("dimensions") if spec.get("view_of") or not api else None,
+        "storage": spec.get("storage", "float32"),
+        # an API's vectors are unit length (OpenAI's): a truncated view of them is normalised again
+        "normalize": True if api else bool(spec.get("normalize")),
+    }

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from miracl_eval.encoders.base import SPARSE, Batch, TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.encoders.base import TransformerEncoder, load_checkpoint, resolve_model_dir
+from miracl_eval.encoders.kinds import SPARSE
+from miracl_eval.encoders.pipeline import Batch
 
 
 class SpladeEncoder(TransformerEncoder):
@@ -40,5 +42,7 @@ class SpladeEncoder(TransformerEncoder):
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> SpladeEncoder:
     """Load the masked language model of a resolved ``spec`` (a local folder or a hub id)."""
-    ckpt = load_checkpoint(resolve_model_dir(spec["checkpoint"]), "AutoModelForMaskedLM", device, dtype)
+    ckpt = load_checkpoint(
+        resolve_model_dir(spec["checkpoint"], spec.get("revision")), "AutoModelForMaskedLM", device, dtype
+    )
     return SpladeEncoder(ckpt, spec)

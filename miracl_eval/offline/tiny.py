@@ -25,6 +25,12 @@ set so that about ``positive_share`` of the token weights (or of the max-pooled 
 logits) over the training texts are positive. Two builds from the same inputs are
 byte-identical.
 
+:func:`add_sentence_transformers_files` gives a built checkpoint the files with which
+sentence-transformers runs it (``modules.json`` and each module's folder, written here as its earlier
+releases and many hub checkpoints have them, e.g. LaBSE's: a Pooling mode, Dense projection heads with
+random weights, a Normalize, ``sentence_bert_config.json``'s ``max_seq_length`` and ``do_lower_case``, and
+the prompts), for tests that compare a module chain with ``SentenceTransformer(folder)``.
+
 CLI: ``python -m miracl_eval.offline.tiny OUT_DIR --corpus FILE [FILE ...] [--kind KIND]``.
 """
 
@@ -315,6 +321,92 @@ def build_tiny_checkpoint(
         for name, head in heads_out.items():
             torch.save({k: v.detach().clone().contiguous() for k, v in head.state_dict().items()}, tmp / name)
     return Path(out_dir)
+
+
+@dataclass(frozen=True)
+class DenseHeadSpec:
+    """A Dense module to add: ``out_features`` wide, its ``activation`` a dotted torch class (as
+    sentence-transformers saves it), a bias or not, its weights as ``model.safetensors`` or
+    ``pytorch_model.bin``."""
+
+    out_features: int
+    activation: str = "torch.nn.modules.activation.Tanh"
+    bias: bool = True
+    weights_file: str = "model.safetensors"
+
+
+#: the ``pooling_mode_*`` flag of each pooling mode (sentence-transformers' earlier file format)
+_POOLING_FLAGS = {
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+    "mean": "pooling_mode_mean_tokens",
+    "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+
+
+def add_sentence_transformers_files(
+    folder: str | os.PathLike[str],
+    pooling: str = "mean",
+    dense: Sequence[DenseHeadSpec] = (),
+    normalize: bool = False,
+    max_seq_length: int | None = None,
+    do_lower_case: bool = False,
+    prompts: Mapping[str, str] | None = None,
+    seed: int = 0,
+    legacy_pooling: bool = True,
+) -> Path:
+    """Write into checkpoint ``folder`` the sentence-transformers files of the chain Transformer, Pooling
+    (``pooling``: one of sentence-transformers' modes; ``legacy_pooling``: as ``pooling_mode_*`` flags, else
+    as ``pooling_mode``), the ``dense`` heads (``{i}_Dense``, random weights from ``seed``) and a Normalize,
+    in that order; ``sentence_bert_config.json`` with ``max_seq_length`` (when given) and ``do_lower_case``;
+    ``config_sentence_transformers.json`` with ``prompts``. Returns the folder."""
+    root = Path(folder)
+    hidden = int(json.loads((root / "config.json").read_text(encoding="utf-8"))["hidden_size"])
+
+    def dump(path: Path, data: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    modules.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"})
+    pooling_config: dict[str, Any] = {"word_embedding_dimension": hidden}
+    if legacy_pooling:
+        pooling_config.update({flag: mode == pooling for mode, flag in _POOLING_FLAGS.items()})
+    else:
+        pooling_config.update(pooling_mode=pooling, include_prompt=True)
+    dump(root / "1_Pooling" / "config.json", pooling_config)
+    width = hidden
+    generator = torch.Generator().manual_seed(seed)
+    for head in dense:
+        name = f"{len(modules)}_Dense"
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": name,
+                        "type": "sentence_transformers.models.Dense"})  # fmt: skip
+        dump(root / name / "config.json", {"in_features": width, "out_features": head.out_features,
+                                           "bias": head.bias, "activation_function": head.activation})  # fmt: skip
+        state = {"linear.weight": torch.randn(head.out_features, width, generator=generator) / width**0.5}
+        if head.bias:
+            state["linear.bias"] = torch.randn(head.out_features, generator=generator) * 0.1
+        if head.weights_file == "model.safetensors":
+            from safetensors.torch import save_file
+
+            save_file(state, str(root / name / head.weights_file))
+        else:
+            torch.save(state, root / name / head.weights_file)
+        width = head.out_features
+    if normalize:
+        name = f"{len(modules)}_Normalize"
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": name,
+                        "type": "sentence_transformers.models.Normalize"})  # fmt: skip
+        (root / name).mkdir(exist_ok=True)  # an empty folder, as sentence-transformers 2 saves it
+    dump(root / "modules.json", modules)
+    transformer: dict[str, Any] = {"do_lower_case": do_lower_case}
+    if max_seq_length is not None:
+        transformer["max_seq_length"] = max_seq_length
+    dump(root / "sentence_bert_config.json", transformer)
+    dump(root / "config_sentence_transformers.json", {"prompts": dict(prompts or {}), "default_prompt_name": None})
+    return root
 
 
 def _portable_tokenizer_config(path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from miracl_eval.encoders import base
 from miracl_eval.encoders.registry import get_family
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.jobs import devices
-from tests.helpers import BATCH_TOL, copy_checkpoint, sample_passages, sample_queries
+from tests.helpers import BATCH_TOL, REPO, copy_checkpoint, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FAMILY_OF_KIND = {"bge-m3": "bge-m3", "xlm-r": "dense", "bert": "dense", "decoder": "dense", "mlm": "splade"}
@@ -70,6 +72,10 @@ def test_a_job_holding_a_gpu_never_falls_back_to_the_cpu(monkeypatch, env, devic
                  "Install a torch build", "encoder.device: cpu"):  # fmt: skip
         assert part in message, (part, message)
     assert ("a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}") in message
+    # the page and section it points to exist and say how to choose torch's build
+    page, section = re.search(r"'([^']+)': (docs/\S+\.md)", message).group(2, 1)
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert f"## {section}\n" in text and "TORCH=" in text and "580" in text
     # without a GPU of its own, auto is the CPU on purpose, and cuda still says why it cannot run
     for name in env:
         monkeypatch.delenv(name)

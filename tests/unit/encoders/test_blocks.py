@@ -164,3 +164,136 @@ def test_the_fingerprint_holds_the_dtype_the_model_ran_in_and_one_corpus_holds_o
             list(read(files))
         assert str(files[2]) in str(err.value)
         assert len(list(read(files[:2]))) >= 1 and len(list(read(files[2:]))) >= 1  # one dtype each: fine
+
+
+def _as_an_earlier_release_wrote_it(folder: Path, spec: dict, block: str, device: str | None) -> None:
+    """Shards and manifest as releases before the resolved dtype was recorded wrote them with ``encoder.dtype:
+    auto``: the fingerprint of the setting ``auto``, no model dtype in the files or the manifest, the device the
+    model ran on in the manifest (None: no manifest, as a killed job leaves)."""
+    from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY
+
+    earlier = blocks.fingerprint(spec, "auto", "float32", SHARD)
+    for path in sorted(folder.glob("*/*.parquet")):
+        table = pq.read_table(path)
+        meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != MODEL_DTYPE_KEY}
+        pq.write_table(table.replace_schema_metadata({**meta, blocks.FINGERPRINT_KEY: earlier.encode()}), path)
+    manifest = folder / f"{block}.json"
+    data = json.loads(manifest.read_text())
+    data = {k: v for k, v in data.items() if k != "dtype"} | {"fingerprint": earlier, "device": device}
+    if device is None:
+        manifest.unlink()
+    else:
+        manifest.write_text(json.dumps(data))
+
+
+def test_shards_of_an_earlier_release_with_auto_are_kept_where_auto_gives_the_same_dtype(
+    tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch, caplog
+) -> None:
+    """Releases before the resolved dtype was recorded stamped ``auto`` as ``auto``: their shards are kept when the
+    corpus's manifests say they were encoded on the device type the job runs on (a CPU's auto is float32
+    everywhere; a GPU's the same rule of the GPU), with no model loaded and no file rewritten; else they are
+    encoded again, said in one warning line before the model loads. (They were all encoded again, silently:
+    GPU-days per model at full size.)"""
+    import logging
+
+    folder, spec = tmp_path / "block", _spec(tiny_checkpoints)
+    _block(corpus_parquet, folder, spec)  # dtype auto, on the CPU
+    _as_an_earlier_release_wrote_it(folder, spec, "00000-00003", device="cpu")
+    before = _mtimes(folder)
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="miracl_eval"):
+        patch.setattr(encode, "_load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+        result = _block(corpus_parquet, folder, spec)
+    assert result["encoded_shards"] == 0 and _mtimes(folder) == before
+    manifest = json.loads((folder / "00000-00003.json").read_text())
+    assert manifest["dtype"] == "float32" and manifest[blocks.KEPT_KEY]["shards"] == [0, 1, 2, 3]
+    kept = [r.getMessage() for r in caplog.records if "earlier release" in r.getMessage()]
+    assert len(kept) == 1 and "are kept as float32" in kept[0] and "\n" not in kept[0]
+    # the block run again (or another tiling of the same shards) keeps them too: its manifest says where they were made
+    with monkeypatch.context() as patch:
+        patch.setattr(encode, "_load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+        assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 0
+        assert _block(corpus_parquet, folder, spec, block="00002-00003")["encoded_shards"] == 0
+    assert _mtimes(folder) == before
+    (folder / "00002-00003.json").unlink()
+    # Snakemake removes a block's manifest before it runs the block's job again: the record written before any
+    # job runs (the workflow's onstart) still says where the shards were made
+    _as_an_earlier_release_wrote_it(folder, spec, "00000-00003", device="cpu")
+    blocks.remember_earlier_devices(folder)
+    (folder / "00000-00003.json").unlink()
+    with monkeypatch.context() as patch:
+        patch.setattr(encode, "_load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+        assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 0
+    (folder / blocks.EARLIER_RECORD).unlink()
+    # the same shards encoded on a GPU, where auto was bfloat16 or float16: this CPU job encodes them again
+    _as_an_earlier_release_wrote_it(folder, spec, "00000-00003", device="cuda:0")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="miracl_eval"):
+        assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 4
+    said = [r.getMessage() for r in caplog.records]
+    warning = next(i for i, m in enumerate(said) if "encoded again" in m)
+    loaded = next(i for i, m in enumerate(said) if m.startswith("model "))
+    assert warning < loaded, said  # said before any work
+    assert "4 shard(s) of block 00000-00003" in said[warning] and "on cuda, where auto may have given" in said[warning]
+    assert "\n" not in said[warning]
+    # a killed earlier job left shards and no manifest: no device known, encoded again with the same line
+    _as_an_earlier_release_wrote_it(folder, spec, "00000-00003", device=None)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="miracl_eval"):
+        assert _block(corpus_parquet, folder, spec)["encoded_shards"] == 4
+    assert any("no block manifest of the corpus records" in r.getMessage() for r in caplog.records)
+
+
+def test_an_earlier_releases_gpu_shards_are_kept_on_a_gpu(tiny_checkpoints, corpus_parquet, tmp_path, monkeypatch):
+    """On a GPU job (simulated: the device and the dtype auto resolves to), shards an earlier release encoded on a
+    GPU with auto stand as encoded in what auto gives on this GPU, with a line that says what was assumed."""
+    import torch
+
+    folder, spec = tmp_path / "block", _spec(tiny_checkpoints)
+    _block(corpus_parquet, folder, spec)
+    _as_an_earlier_release_wrote_it(folder, spec, "00000-00003", device="cuda:1")
+    before = _mtimes(folder)
+    monkeypatch.setattr(encode.base, "resolve_device", lambda device: torch.device("cuda"))
+    monkeypatch.setattr(encode.base, "resolve_dtype", lambda dtype, device: torch.bfloat16)
+    monkeypatch.setattr(encode, "_load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+    result = _block(corpus_parquet, folder, spec)
+    assert result["encoded_shards"] == 0 and result["dtype"] == "bfloat16" and _mtimes(folder) == before
+
+
+def test_a_folders_written_blocks_and_a_vector_inputs_dimension(tmp_path: Path) -> None:
+    """What the workflow reads of the encodings before a job runs: the blocks whose manifests a corpus's folder
+    holds (any block size), and the dimension a search job's request counts (a manifest's, a vector file's;
+    the default until it is written, or when it records none)."""
+    import numpy as np
+
+    from tests.helpers import write_vectors
+
+    folder = tmp_path / "blocks"
+    assert blocks.written_blocks(folder) == []
+    blocks.write_manifest(folder / "00000-00009.json", "00000-00009", [], dim=384)
+    blocks.write_manifest(folder / "00010-00010.json", "00010-00010", [])  # sparse outputs only: no dim
+    (folder / "notes.txt").write_text("not a manifest")
+    assert sorted(blocks.written_blocks(folder)) == ["00000-00009", "00010-00010"]
+    assert blocks.encoded_dim(folder / "00000-00009.json", 1024) == 384
+    assert blocks.encoded_dim(folder / "00010-00010.json", 1024) == 1024
+    assert blocks.encoded_dim(folder / "00020-00029.json", 1024) == 1024  # not written yet
+    vectors = write_vectors(tmp_path / "q.parquet", ["q1", "q2"], np.ones((2, 8), "float32"), key="qid")
+    assert blocks.encoded_dim(vectors, 1024) == 8
+    assert blocks.encoded_dim(tmp_path / "missing.parquet", 1024) == 1024
+    assert blocks.encoded_dim(folder / "notes.txt", 1024) == 1024  # not a vector file
+
+
+def test_the_planned_dimension_is_known_before_any_vector(tmp_path) -> None:
+    """What a dry run's requests assume of a model's vectors: its dimensions, an API model's published size, a
+    local checkpoint's hidden_size; else the default."""
+    from miracl_eval.encoders.blocks import planned_dim
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 384}')
+    assert planned_dim({"family": "openai", "checkpoint": "text-embedding-3-large"}, 1024) == 3072
+    assert planned_dim({"family": "openai", "checkpoint": "text-embedding-3-large", "dimensions": 256}, 1024) == 256
+    assert planned_dim({"family": "openai", "checkpoint": "a-model-of-a-local-server"}, 1024) == 1024
+    assert planned_dim({"family": "dense", "checkpoint": str(tmp_path)}, 1024) == 384
+    # a local model's dimensions truncate what is searched: it stores its hidden_size
+    assert planned_dim({"family": "dense", "checkpoint": str(tmp_path), "dimensions": 128}, 1024) == 384
+    assert planned_dim({"family": "dense", "checkpoint": "org/not-downloaded"}, 1024) == 1024
+    view = {"family": "openai", "checkpoint": "text-embedding-3-large", "dimensions": 256, "view_of": "oa"}
+    assert planned_dim(view, 1024) == 3072  # a view reads its model's vectors; 256 is its truncation

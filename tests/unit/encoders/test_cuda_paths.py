@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from miracl_eval.encoders.base import Batch, TransformerEncoder
+from miracl_eval.encoders.base import TransformerEncoder
+from miracl_eval.encoders.pipeline import Batch
 
 
 class FakeStream:

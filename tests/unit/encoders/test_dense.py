@@ -65,10 +65,9 @@ def test_equals_sentence_transformers(tiny_checkpoints, kind, pooling, normalize
 
 @pytest.fixture(scope="module")
 def pyserini_encode():
-    from miracl_eval.lucene.jvm import ensure_jvm
+    from miracl_eval.lucene.offline import import_pyserini
 
-    ensure_jvm()  # pyserini.encode starts the JVM on import
-    return pytest.importorskip("pyserini.encode")
+    return import_pyserini("pyserini.encode")  # it starts the JVM on import
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ def test_resolve_fills_every_default():
         "weights": {"dense": 1.0, "sparse": 0.3, "multivec": 1.0},
         "rerank_depth": 200,
         "quantization": {"scale": 100, "rounding": "ceil"},
+        "revision": None,  # the hub's main when fetched
     }
     assert get_family("splade").resolve({"checkpoint": "c", "quantization": {"scale": 10}})["quantization"] == {
         "scale": 10,
@@ -57,8 +58,8 @@ def test_resolve_fills_every_default():
     assert spec == {
         "family": "dense",
         "checkpoint": "/m",
-        "query_max_length": 512,
-        "passage_max_length": 512,
+        "query_max_length": None,  # left to the checkpoint's sentence-transformers files (none: 512)
+        "passage_max_length": None,
         "title_join": None,
         "trained_on": None,
         "pooling": "last",
@@ -67,6 +68,7 @@ def test_resolve_fills_every_default():
         "passage_prefix": None,
         "query_template": None,
         "query_instruction": None,
+        "revision": None,
         "view_of": None,  # how the vectors are searched: as encoded
         "dimensions": None,
         "storage": "float32",
@@ -79,7 +81,9 @@ def test_resolve_fills_every_default():
     "family,settings,key,message",
     [
         ("dense", {}, "models.m.checkpoint", "is required"),
-        ("dense", {"checkpoint": "c", "pooling": "max"}, "models.m.pooling", "'max' is not one of"),
+        ("dense", {"checkpoint": "c", "pooling": "median"}, "models.m.pooling", "'median' is not one of"),
+        ("dense", {"checkpoint": "c", "revision": "../main"}, "models.m.revision", "does not match"),
+        ("splade", {"checkpoint": "c", "revision": "a..b"}, "models.m.revision", "does not match"),
         ("dense", {"checkpoint": "c", "colour": 1}, "models.m", "'colour' was unexpected"),
         ("dense", {"checkpoint": "c", "query_template": "no placeholder"}, "models.m.query_template", "query"),
         ("splade", {"checkpoint": "c", "passage_max_length": 4}, "models.m.passage_max_length", "less than"),
@@ -99,3 +103,44 @@ def test_unknown_family_and_mismatched_spec():
         get_family("colbert")
     with pytest.raises(ValueError, match="'dense'"):
         get_family("splade").load(get_family("dense").resolve({"checkpoint": "c"}))
+
+
+def test_a_pinned_revision_is_part_of_what_the_encodings_depend_on():
+    """A model's own revision is in its encoding jobs' params (with the folder it was fetched into); the
+    default (left out, or main) adds nothing, so that encodings made before revisions were a setting stay."""
+    from miracl_eval.encoders.registry import encoding_settings
+
+    spec = get_family("dense").resolve({"checkpoint": "org/m", "pooling": "cls", "normalize": True, "revision": "v2"})
+    for role in (None, "query", "passage"):
+        assert encoding_settings(spec, role)["revision"] == "v2"
+        for default in (None, "main"):
+            assert "revision" not in encoding_settings({**spec, "revision": default}, role)
+
+
+def test_models_by_what_they_store_or_the_methods_they_have():
+    from miracl_eval.encoders.registry import models_with
+
+    models = {f: {"family": f} for f in ("bge-m3", "dense", "splade", "openai")}
+    assert models_with(models, "dense") == ["bge-m3", "dense", "openai"]
+    assert models_with(models, "sparse") == ["bge-m3", "splade"]
+    assert models_with(models, "multivec") == ["bge-m3"]  # a method, stored by no family
+    assert models_with({}, "dense") == []
+
+
+def test_a_models_vectors_are_searched_as_its_view_says():
+    from miracl_eval.encoders.registry import searched_view
+
+    assert searched_view({"family": "dense", "normalize": True}) == {
+        "dimensions": None,
+        "storage": "float32",
+        "normalize": True,
+    }
+    view = {"family": "dense", "view_of": "me5", "dimensions": 128, "storage": "int8", "normalize": False}
+    assert searched_view(view) == {"dimensions": 128, "storage": "int8", "normalize": False}
+    # an API model's own dimensions are the size its vectors come at; a view of them truncates and normalises
+    assert searched_view({"family": "openai", "dimensions": 512}) == {
+        "dimensions": None,
+        "storage": "float32",
+        "normalize": True,
+    }
+    assert searched_view({"family": "openai", "view_of": "api", "dimensions": 256})["dimensions"] == 256

@@ -75,7 +75,8 @@ def test_explicit_settings_win_and_passage_prompts_count(tiny_checkpoints, tmp_p
     assert (spec["pooling"], spec["normalize"], spec["query_prefix"], spec["passage_prefix"]) == (
         "cls", True, "", "doc: ",
     )  # fmt: skip
-    assert spec["from_checkpoint"] == ["pooling", "query_prefix", "passage_prefix"]
+    assert spec["from_checkpoint"] == ["pooling", "query_prefix", "passage_prefix", "query_max_length"]
+    assert spec["query_max_length"] == 64  # sentence-transformers' max_seq_length (the tokenizer's, as saved)
     # (sentence-transformers 6 fills in an empty document prompt when loading, which encode_document would
     # prefer: the file's passage prompt is asked for by name)
     want = st.encode(sample_passages(), prompt_name="passage", normalize_embeddings=True)
@@ -90,7 +91,8 @@ def test_without_sentence_transformers_files_the_missing_settings_are_errors(tin
         resolve_model("mine", {"family": "dense", "checkpoint": str(plain)})
     spec = resolve_model("mine", {"family": "dense", "checkpoint": str(plain), "pooling": "mean", "normalize": False})
     assert (spec["query_prefix"], spec["passage_prefix"]) == ("", "")  # no prompt in no file: none
-    assert spec["from_checkpoint"] == ["query_prefix", "passage_prefix"]
+    assert (spec["query_max_length"], spec["passage_max_length"]) == (512, 512)  # no file: the default
+    assert spec["from_checkpoint"] == ["query_prefix", "passage_prefix", "query_max_length", "passage_max_length"]
     # a checkpoint not there at start-up (fetched or built later): the job says what it lacks
     copy = tmp_path / "later"
     shutil.copytree(plain, copy)

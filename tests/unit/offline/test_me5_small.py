@@ -99,7 +99,7 @@ def _encode(encoder, texts: list[tuple[bool, str]], batch_size: int = 64) -> np.
     return out
 
 
-def _parity_subset(texts: list[tuple[bool, str]], queries: int = 60, passages: int = 120) -> list[tuple[bool, str]]:
+def _parity_subset(texts: list[tuple[bool, str]], queries: int = 30, passages: int = 60) -> list[tuple[bool, str]]:
     """An evenly spread sample of the queries and of the passages (every language's file is visited in
     order, so the sample spans them): the engine encodes about 13 texts/s here, so every text (3,332)
     is left to ``benchmarks/me5_small_parity.py``."""
@@ -167,7 +167,7 @@ def test_token_counts_match_the_engine_on_hard_text(tokenizer, engine):
 
 def test_vectors_match_the_engine(encoder, engine, texts):
     texts = _parity_subset(texts)  # a sample; every text: benchmarks/me5_small_parity.py
-    assert len(texts) > 150 and sum(q for q, _ in texts) > 50
+    assert len(texts) > 75 and sum(q for q, _ in texts) > 25  # every language: 18 files visited in order
     ours = _encode(encoder, texts)
     theirs = _oracle(engine, texts)
     cos = (ours * theirs).sum(axis=1)
