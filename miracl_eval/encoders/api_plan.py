@@ -7,11 +7,14 @@ passages, else those of row groups spread evenly over it (about that many), scal
 plan says which).
 Without a tokenizer, tokens are estimated as characters / 4. The plan is written as JSON and logged;
 when its dollars exceed the model's ``max_usd``, the job fails with a :class:`ConfigError` naming that
-setting and the estimate, and writes nothing: no encoding job starts, so no request is sent.
+setting and the estimate, and writes nothing: no encoding job starts, so no request is sent. The
+encoding jobs check ``max_usd`` again before each request, against the model's ledger and what the plan
+says is left (:class:`miracl_eval.encoders.api_ledger.Budget`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
+from miracl_eval.encoders.registry import encoding_settings
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.passages import passage_texts, text_columns
 from miracl_eval.types import PathLike
@@ -60,6 +64,22 @@ def _count(path: PathLike, columns: list[str], texts_of: Any, prefix: str, limit
     return {"inputs": n, "tokens": int(scaled), "counted": int(counted)}
 
 
+def plan_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What an API model's cost plan depends on (the ``api_cost_plan`` job's params): what is sent (its
+    encoding settings), its price and its budget; not its throughput settings, which change no cost."""
+    return {
+        **encoding_settings(spec),
+        "price_per_million_tokens": spec["price_per_million_tokens"],
+        "max_usd": spec["max_usd"],
+    }
+
+
+def sent_settings(spec: Mapping[str, Any]) -> str:
+    """A digest of what an API model's jobs send (a plan's settings but its price and budget)."""
+    sent = {k: v for k, v in spec.items() if k not in ("price_per_million_tokens", "max_usd")}
+    return hashlib.sha256(json.dumps(sent, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def cost_plan(
     corpora: Mapping[str, PathLike], queries: Mapping[str, PathLike], spec: Mapping[str, Any], model: str, out: PathLike
 ) -> dict[str, Any]:
@@ -92,6 +112,9 @@ def cost_plan(
         "usd": round(usd, 4),
         "max_usd": float(spec["max_usd"]),
         "parts": parts,
+        # what is sent (the plan's settings but its price and budget): the ledger's lines of these settings
+        # are the plan's texts already answered (miracl_eval.encoders.api_ledger)
+        "settings": sent_settings(spec),
     }
     log.warning(
         "embeddings API plan for %s (%s): %s inputs, %s tokens (counted with %s%s), $%.2f at $%g per 1M tokens; "

@@ -7,8 +7,11 @@ a job devices that no other job holds: it takes an exclusive ``flock`` on one lo
 and points ``CUDA_VISIBLE_DEVICES`` at them for the job's process and its children (CUDA, torch and
 Faiss read it when they first touch a GPU, which is after the lease). A lock belongs to the open file:
 it lasts as long as the job's process, and the kernel frees it when the process ends, however it
-ends, so a killed job never keeps a device. Jobs of several workflows on one machine share the same
-lock files, so they never share a device either.
+ends, so a killed job never keeps a device. Jobs of several workflows of one user on one machine share
+the same lock files, so they never share a device either. The lock files live in the user's own folder
+(:func:`miracl_eval.jobs.private.private_dir`: ``{tempdir}/miracl-eval-{uid}/gpu-locks``, mode 0700), not
+in a folder of fixed name in ``/tmp`` that the first user would own; users who share a machine's GPUs
+without SLURM point ``MIRACL_EVAL_GPU_LOCKS`` at a folder all of them can write.
 
 The devices: ``MIRACL_EVAL_GPUS`` (a count, ``4``, or a list, ``0,2,3``) if set; else the list in
 ``CUDA_VISIBLE_DEVICES`` if set (a lease then picks among those); else the GPUs that ``nvidia-smi -L``
@@ -30,12 +33,12 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
 from miracl_eval.errors import ConfigError
+from miracl_eval.jobs.private import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,10 @@ _held: list[IO[bytes]] = []
 
 
 def lock_dir() -> Path:
-    """Where the lock files live: ``$MIRACL_EVAL_GPU_LOCKS``, else a folder of the machine's temp dir."""
-    return Path(os.environ.get(LOCKS_ENV) or Path(tempfile.gettempdir()) / "miracl-eval-gpu-locks")
+    """Where the lock files live: ``$MIRACL_EVAL_GPU_LOCKS``, else ``gpu-locks`` in this user's own folder
+    (:func:`~miracl_eval.jobs.private.private_dir`, checked: an error names it when another user could write it)."""
+    given = os.environ.get(LOCKS_ENV)
+    return Path(given) if given else private_dir() / "gpu-locks"
 
 
 def _nvidia_smi_devices() -> list[str]:

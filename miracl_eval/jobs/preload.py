@@ -27,7 +27,8 @@ request, receipt, handing over its stdout and stderr, the child's greeting) is b
 (:class:`~miracl_eval.jobs.preload_wire.Wait`); the server's steps with a job by
 :data:`~miracl_eval.jobs.preload_server.STEP_SECONDS`. When the server stays silent, the relay looks
 at it in ``/proc``: stopped (``SIGSTOP``, a debugger) or using no CPU (wedged, swapped out), it is
-*frozen*: the relay writes a marker (``{tempdir}/{name}.frozen``, the server's pid) and runs the job in
+*frozen*: the relay writes a marker (``{name}.frozen`` in the user's own folder,
+:func:`~miracl_eval.jobs.private.private_dir`, the server's pid) and runs the job in
 its own process; every later job, of this run or another of the same install, sees the marker and
 goes at once to a fresh server of the next *generation* (``{name}-1``, ..., up to
 :data:`GENERATIONS`; then in its own process). A busy server (importing torch for another job) is not
@@ -52,7 +53,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,6 +70,7 @@ from miracl_eval.jobs.preload_wire import (
     send,
     stopped_check,
 )
+from miracl_eval.jobs.private import private_dir
 
 __all__ = ["Call", "WorkerError", "logged_peak_rss_mb", "plain", "run", "server_name", "usable"]
 
@@ -152,7 +153,12 @@ def server_name(idle: float) -> str:
 
 
 def _marker(name: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"{name}.frozen"
+    return private_dir() / f"{name}.frozen"
+
+
+def _server_log(name: str) -> Path:
+    """Where the server ``name`` writes its own output (its start, a failure before it serves)."""
+    return private_dir() / f"{name}.log"
 
 
 def _is_frozen(name: str) -> int | None:
@@ -252,8 +258,7 @@ def _serve_through(conn: socket.socket, name: str, request: dict[str, Any], hand
             return _HERE
         if ack is None:
             return None
-        child = int(ack["pid"])
-        log.info("running in a preloaded process (pid %s, forked from preload server %s)", child, ack["server"])
+        child = int(ack["pid"])  # which said in the job's log that it runs the job
         try:  # as long as the job takes, while the child is not stopped
             reply = receive(conn, Wait(handshake, stopped_check(child)))
         except Frozen as err:
@@ -272,14 +277,18 @@ class _HoldsStreams(Frozen):
 def _handshake(conn: socket.socket, request: dict[str, Any], seconds: float, server: int) -> dict[str, Any] | None:
     """Send the request; the forked child's greeting (None if the server closed first).
 
-    The server says it received the request within ``seconds`` (else :class:`Frozen` when it is
+    The request is taken within ``seconds`` (else :class:`Frozen` when the server is frozen,
+    :class:`Silent` when it is busy): a large one does not fit the socket's buffer. The server says it received the request within ``seconds`` (else :class:`Frozen` when it is
     frozen, :class:`Silent` when it is busy with another job), then that it is ready to fork once it
     has imported the stage's libraries (within :data:`START_SECONDS` while it keeps working:
     :class:`Frozen` as soon as it does not); only then is it handed the job's stdout and stderr, and it
     says within ``seconds`` which child it forked (else :class:`_HoldsStreams`), which greets within
     ``seconds`` (else :class:`Frozen` naming the child). A child forked after the relay gave up finds
     the connection closed and ends before the stage starts."""
-    send(conn, request)  # a few kB: the socket's buffer takes it, listening or not
+    try:  # a few kB, which the socket's buffer takes, listening or not; or megabytes (an HPC environment)
+        send(conn, request, Wait(seconds, frozen_check(server), limit=seconds, what="the request not taken"))
+    except (BrokenPipeError, ConnectionResetError):  # the server ended meanwhile
+        return None
     for step, limit in (("no receipt", seconds), ("not ready to fork", START_SECONDS)):
         answer = receive(conn, Wait(seconds, frozen_check(server), limit=limit, what=step))
         if answer is None:
@@ -300,7 +309,7 @@ def _connect(name: str, idle: float, seconds: float) -> socket.socket | None:
     conn = _try_connect(name, seconds)
     if conn is not None:
         return conn
-    server_log = Path(tempfile.gettempdir()) / f"{name}.log"
+    server_log = _server_log(name)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(_LIBRARY.parent), *filter(None, [env.get("PYTHONPATH")])])
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

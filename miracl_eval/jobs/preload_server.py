@@ -182,6 +182,10 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
     )
     freeze_point("child")
+    # said here, before the greeting, not by the relay when it reads it: the job's log is in the order things happened
+    logging.getLogger("miracl_eval.jobs.preload").info(
+        "running in a preloaded process (pid %s, forked from preload server %s)", os.getpid(), os.getppid()
+    )
     send(conn, {"pid": os.getpid(), "server": os.getppid()})
     threading.Thread(target=_die_with_relay, args=(conn,), daemon=True).start()
     freeze_point("greeted")

@@ -112,11 +112,17 @@ class Wait:
         self.counted = 0.0
 
     def readable(self, conn: socket.socket) -> None:
+        self._until(conn, write=False)
+
+    def writable(self, conn: socket.socket) -> None:
+        self._until(conn, write=True)
+
+    def _until(self, conn: socket.socket, write: bool) -> None:
         since_check = 0.0
         while True:
             started = time.monotonic()
-            ready, _, _ = select.select([conn], [], [], SLICE)
-            if ready:
+            read, written, _ = select.select([] if write else [conn], [conn] if write else [], [], SLICE)
+            if read or written:
                 return
             waited = min(time.monotonic() - started, SLICE)  # longer: this process was not running
             since_check += waited
@@ -129,9 +135,21 @@ class Wait:
                 raise Silent(f"{self.what} within {self.limit:g} s" if self.what else f"nothing in {self.limit:g} s")
 
 
-def send(conn: socket.socket, value: Any) -> None:
-    payload = pickle.dumps(value)
-    conn.sendall(HEADER.pack(len(payload)) + payload)
+def send(conn: socket.socket, value: Any, wait: Wait | None = None) -> None:
+    """Send a frame. ``wait``: how long to wait while the other end takes none of it (a frame larger than
+    the socket's buffer, such as a job's request with a large environment, waits on its reader), and what to
+    check meanwhile; None: the socket's own timeout, if any."""
+    data = memoryview(HEADER.pack(len(payload := pickle.dumps(value))) + payload)
+    if wait is None:
+        conn.sendall(data)
+        return
+    while data:
+        try:
+            sent = conn.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            wait.writable(conn)
+            continue
+        data = data[sent:]
 
 
 def _exact(conn: socket.socket, n: int, wait: Wait | None) -> bytes | None:

@@ -2,7 +2,7 @@
 
 A job's request is a floor plus per-unit costs times the job's units, declared once in :data:`COSTS`
 (the figures come from ``benchmarks/scale.py``, which measures every stage at 100k to 1M passages;
-see the README's scale section). The units follow from the job's sizes (:class:`Job`: its passages
+see the docs' Scale and costs page, docs/reference/scale.md). The units follow from the job's sizes (:class:`Job`: its passages
 and queries, counted from the preprocessed Parquet files, the vector dimension, the model's size) and
 the workflow's settings (:class:`Settings`):
 
@@ -10,7 +10,8 @@ the workflow's settings (:class:`Settings`):
 * ``run_rows``: queries x ``hits``; ``pairs``: queries x candidates (``2 hits`` for the dense+sparse
   union, ``rerank_depth`` for the dense top);
 * ``index_mb``: the memory of the dense index a job builds or loads: its float32 vectors (flat), or
-  its codes, centroids and training sample (IVF-PQ); ``gflop``: the index's arithmetic (IVF-PQ
+  its codes, centroids and training sample (IVF-PQ); an exact search block's vectors in its view's
+  storage, and a rescoring view's rounds (:func:`block_search_mb`); ``gflop``: the index's arithmetic (IVF-PQ
   training and assignment; for a search, the vectors or codes it scans);
 * ``model_pairs``: pairs x the checkpoint's GB (a reranker's forward passes grow with its size: a
   2.2 GB cross-encoder is about 1 GB-pair per pair, a 10 GB LLM reranker about 5);
@@ -18,35 +19,59 @@ the workflow's settings (:class:`Settings`):
 * ``read_mb``: what the job reads (:func:`read_mb`), added to every time request at
   :data:`READ_MB_PER_S` (English's exact search reads 134 GB of vectors: 22 minutes at 100 MB/s).
 
+Each job also declares the disk its outputs take (``disk_mb``, :func:`output_mb`): the same stored bytes
+per passage, vector and ranked row that the reads count, so a run's disk is known before it starts.
+
 Stages that stream queries hold one chunk (:data:`HELD_QUERIES`; fusion one ``query_chunk``) and
 spend time on all of them, so each unit is counted for memory and for time separately. Memory is the
 estimate times :data:`MEM_MARGIN`, rounded up to 100 MB; run time (minutes) the estimate times
 :data:`TIME_MARGIN` (slower nodes, a busy shared file system), rounded up. The rules ask for
-``request("<estimate>")`` (``rules/common.smk``); a profile's ``set-resources`` overrides any rule.
+``request("<estimate>")`` (``rules/common/requests.smk``); a profile's ``set-resources`` overrides any rule.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from miracl_eval import schemas
-from miracl_eval.errors import ConfigError
-from miracl_eval.schemas import DENSE_MERGE_CHUNK, DENSE_SEARCH_BATCH, EVAL_CHUNK, QUERY_CHUNK
+from miracl_eval.errors import ConfigError, InputError
+from miracl_eval.schemas import (
+    DENSE_BLOCK_MB,
+    DENSE_MERGE_CHUNK,
+    DENSE_SEARCH_BATCH,
+    EVAL_CHUNK,
+    QUERY_CHUNK,
+    RESCORE_PAIR_BYTES,
+)
 from miracl_eval.shards import block_rows
 
 UNITS = (
     "passages", "queries", "searched", "run_rows", "pairs", "index_mb", "gflop", "heap_mb", "checkpoint_mb",
-    "input_mb", "read_mb", "model_pairs",
+    "input_mb", "read_mb", "model_pairs", "batch_mb",
 )  # fmt: skip
 #: CPUs a GPU encoding job needs beside its tokenizer threads: the model's thread and the writer's
 ENCODE_EXTRA_THREADS = 2
 MEM_MARGIN = 1.3
 TIME_MARGIN = 3.0
+#: the margin on an API job's paced time (the pace is a floor the job cannot beat; a margin for the 429s of
+#: other users of the key and for a plan that under-counts)
+PACE_MARGIN = 1.5
+#: tokens an API model's text is assumed to take before its cost plan exists (a dry run, a first run), by role,
+#: and a passage of each MIRACL corpus by its language: the mean of cl100k_base tokens a passage of the bundled
+#: sample (title and text joined), rounded up to ten (benchmarks/api_speed.py counts them: English 54, Telugu
+#: 395); another corpus's passages 150
+API_TOKENS_PER_TEXT: Mapping[str, float] = {"passage": 150.0, "query": 30.0}
+API_TOKENS_PER_PASSAGE: Mapping[str, float] = {
+    "ar": 140, "bn": 280, "de": 80, "en": 60, "es": 70, "fa": 140, "fi": 110, "fr": 70, "hi": 180, "id": 70,
+    "ja": 100, "ko": 90, "ru": 120, "sw": 80, "te": 400, "th": 160, "yo": 140, "zh": 100,
+}  # fmt: skip
 MB = 1 << 20
 #: queries whose hits a streamed stage holds at once (its query chunk)
 HELD_QUERIES: Mapping[str, int] = {
@@ -55,8 +80,12 @@ HELD_QUERIES: Mapping[str, int] = {
     "dense_search": DENSE_SEARCH_BATCH,
     "evaluate": EVAL_CHUNK,
 }
+#: estimates whose job covers every partition (its queries are all of them)
+ALL_PARTITIONS = frozenset({"evaluate", "report"})
 #: estimates whose job runs a model: its checkpoint's size counts, and it runs on a GPU when the encoders do
 MODEL_ESTIMATES = frozenset({"encode_corpus", "encode_queries", "rerank_components", "reranker_scores"})
+#: estimates of an API model's encoding jobs: their time is never less than their pace allows (:class:`Pace`)
+API_ESTIMATES = frozenset({"encode_api", "encode_api_queries"})
 #: estimates with one cost per dense index type (``dense_index:flat``, ...)
 PER_INDEX_TYPE = frozenset({"dense_index", "dense_search"})
 #: estimates whose job holds dense vectors and searches them (``index_mb``, ``gflop``)
@@ -73,12 +102,20 @@ TEXT_BYTES = 400
 DOCID_BYTES = 12
 SPARSE_BYTES = 500
 POSTING_BYTES = 150
+#: stored bytes of a ranked row (a run's Parquet row and its TREC line; a block's or a chunk's candidate
+#: with its scores): qid, docid, rank and score in zstd Parquet about 20, the TREC line about 45
+RUN_ROW_BYTES = 65
+SCORE_ROW_BYTES = 24
 #: k-means iterations of Faiss's IVF training (its default)
 KMEANS_ITERATIONS = 25
 #: vector dimension assumed before the first vector file exists (a dry run); the job itself reads it
 DEFAULT_DIM = 1024
 #: model size assumed when the checkpoint is neither a local folder nor in the hub cache
 DEFAULT_CHECKPOINT_MB = 2_300.0
+#: bytes per dimension of a vector in each storage of a dense view (miracl_eval.faiss.storage.bytes_per_vector)
+STORAGE_BYTES: Mapping[str, float] = {"float32": 4.0, "float16": 2.0, "int8": 1.0, "binary": 1 / 8}
+#: a rescoring view's candidate pairs per query, for its ties of the last hit (an allowance)
+RESCORE_TIES = 1.5
 #: raw corpus bytes per passage assumed to count passages before preprocessing (gzipped MIRACL JSONL
 #: has about 250, plain JSONL about 700: fewer bytes per passage count more passages, the safe side)
 RAW_BYTES_PER_PASSAGE = 200
@@ -106,7 +143,7 @@ class Cost:
             raise ValueError(f"unknown unit(s) {', '.join(sorted(unknown))}; known: {', '.join(UNITS)}")
 
 
-#: per-estimate costs (each rule names one); measured by benchmarks/scale.py on 2 cores, see README "Scale"
+#: per-estimate costs (each rule names one); measured by benchmarks/scale.py on 2 cores (docs/reference/scale.md)
 COSTS: Mapping[str, Cost] = {
     "download": Cost(1000, 240),
     "small": Cost(500, 5),
@@ -119,7 +156,7 @@ COSTS: Mapping[str, Cost] = {
     "sparse_index": Cost(700, 2, seconds={"passages": 1.5e-3}, parallel=True, java=True),
     "sparse_search": Cost(900, 2, mem={"run_rows": 4e-4}, seconds={"searched": 2e-8, "run_rows": 4e-6}, parallel=True),
     # a block of shards, streamed: memory is the model and the pipeline's windows, whatever the block's
-    # size; time on a GPU is per passage at 500/s (an older GPU; an H200 runs BGE-M3 at several thousand)
+    # size; time on a GPU is per passage at 500/s (an older GPU; an H200 ran BGE-M3-large-shaped encoding at 2,569/s)
     "encode_corpus": Cost(
         3000,
         3,
@@ -134,13 +171,16 @@ COSTS: Mapping[str, Cost] = {
         seconds={"queries": 0.1},
         gpu_seconds={"queries": 0.002},
     ),
-    # an API model's encodings: requests in flight, no model here (about 500 passages/s a job at 8 requests
-    # of 256 texts in flight, each answered within 4 s); its plan tokenizes up to 200k passages a corpus
-    "encode_api": Cost(1000, 3, mem={"queries": 0.01}, seconds={"passages": 2e-3, "queries": 2e-3}),
+    # an API model's encodings of a block of shards, or of a partition's queries: requests in flight, no model
+    # here (about 500 texts/s a job at 8 requests of 256 texts in flight, each answered within 4 s)
+    "encode_api": Cost(1000, 3, seconds={"passages": 2e-3}),
+    "encode_api_queries": Cost(1000, 3, mem={"queries": 0.01}, seconds={"queries": 2e-3}),
+    # its plan tokenizes up to 200k passages a corpus
     "api_cost_plan": Cost(2000, 20),
     # int8 storage's ranges: every passage vector of the corpus read once (float16 at 1,024 dimensions: 2 kB
-    # each), a sample of them held (the default calibration_passages, 100k at 1,024 dimensions: 400 MB)
-    "int8_ranges": Cost(1500, 2, seconds={"passages": 5e-5}),
+    # each), a batch at a time, its sample's ranges taken as it comes (miracl_eval.faiss.blocks.calibrate): a
+    # batch held as read and as float32 (65,536 x 1,024: 512 MB), whatever calibration_passages
+    "int8_ranges": Cost(1000, 2, mem={"batch_mb": 1.0}, seconds={"passages": 5e-5}),
     "dense_index:flat": Cost(2000, 2, mem={"index_mb": 1.1}, seconds={"passages": 2e-4}),
     "dense_index:hnsw": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 5e-3}, parallel=True),
     "dense_index:ivfpq": Cost(1000, 2, mem={"index_mb": 1.2}, seconds={"passages": 2e-4, "gflop": 0.05}, parallel=True),
@@ -222,6 +262,8 @@ class Settings:
     nprobe: int
     hnsw_m: int
     hnsw_ef_search: int
+    #: bytes of a stored dense vector's component (``encoder.dense_dtype``: float32 4, float16 2)
+    dense_bytes: int = 4
 
     @classmethod
     def from_config(cls, config: Mapping) -> Settings:
@@ -238,7 +280,58 @@ class Settings:
             nprobe=int(index["nprobe"]),
             hnsw_m=int(index["hnsw_m"]),
             hnsw_ef_search=int(index["hnsw_ef_search"]),
+            dense_bytes=2 if config["encoder"].get("dense_dtype") == "float16" else 4,
         )
+
+
+@dataclass(frozen=True)
+class Pace:
+    """What holds one API encoding job back however fast the API answers: its share of the model's
+    ``tokens_per_minute`` and ``requests_per_minute`` (each divided among ``api_jobs``), at the tokens a
+    text takes (from the model's cost plan), ``inputs_per_request`` and ``tokens_per_request``."""
+
+    tokens_per_text: float
+    tokens_per_minute: float | None = None
+    requests_per_minute: float | None = None
+    inputs_per_request: int = 1
+    tokens_per_request: float = math.inf
+
+    def seconds(self, texts: int) -> float:
+        """The fewest seconds ``texts`` texts take at this pace."""
+        out = 0.0
+        if self.tokens_per_minute:
+            out = max(out, 60.0 * texts * self.tokens_per_text / self.tokens_per_minute)
+        if self.requests_per_minute:  # requests hold inputs_per_request texts, or fewer when tokens_per_request binds
+            per_request = max(1.0, min(self.inputs_per_request, self.tokens_per_request / self.tokens_per_text))
+            out = max(out, 60.0 * math.ceil(texts / per_request) / self.requests_per_minute)
+        return out
+
+
+def api_pace(spec: Mapping[str, object], role: str, plan: str | os.PathLike[str] | None, part: str) -> Pace:
+    """The :class:`Pace` of an API model's encoding job (``spec``: the resolved model; ``role`` ``passage``
+    or ``query``; ``part`` the plan's part, ``corpus en`` or ``queries en``): tokens a text from the model's
+    cost plan ``plan`` when it exists and has the part, else :data:`API_TOKENS_PER_PASSAGE` or
+    :data:`API_TOKENS_PER_TEXT` (cut to the max length)."""
+    limit = float(spec.get(f"{role}_max_length") or math.inf)  # type: ignore[arg-type]
+    assumed = API_TOKENS_PER_PASSAGE.get(part.removeprefix("corpus "), API_TOKENS_PER_TEXT[role])
+    per_text = min(limit, assumed if role == "passage" else API_TOKENS_PER_TEXT[role])
+    if plan is not None and os.path.exists(plan):
+        try:
+            with open(plan, encoding="utf-8") as f:
+                counted = json.load(f).get("parts", {}).get(part)
+        except (ValueError, AttributeError) as err:
+            raise InputError(plan, f"not a cost plan ({err}); remove it to plan again") from None
+        if isinstance(counted, dict) and counted.get("inputs"):
+            per_text = float(counted["tokens"]) / float(counted["inputs"])
+    jobs = max(1, int(spec.get("api_jobs") or 1))  # type: ignore[call-overload]
+    tpm, rpm = spec.get("tokens_per_minute"), spec.get("requests_per_minute")
+    return Pace(
+        tokens_per_text=per_text,
+        tokens_per_minute=float(tpm) / jobs if tpm else None,  # type: ignore[arg-type]
+        requests_per_minute=float(rpm) / jobs if rpm else None,  # type: ignore[arg-type]
+        inputs_per_request=int(spec.get("inputs_per_request") or 1),  # type: ignore[call-overload]
+        tokens_per_request=float(spec.get("tokens_per_request") or math.inf),  # type: ignore[arg-type]
+    )
 
 
 @dataclass(frozen=True)
@@ -255,6 +348,14 @@ class Job:
     input_mb: float = 0.0
     #: candidate passages per query of component scoring, fusion and hybrids
     candidates: int = 0
+    #: what an encoding job stores (``dense``, ``sparse``): its outputs' size
+    kinds: tuple[str, ...] = ()
+    #: an exact search block's view: its storage, its dimensions (0: the vectors') and its rescore depth
+    storage: str = "float32"
+    view_dim: int = 0
+    rescore: int = 0
+    #: an API encoding job's pace (its texts: the block's passages, or the partition's queries)
+    pace: Pace | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +398,20 @@ def dense_index_mb(settings: Settings, passages: int, dim: int) -> float:
     return total / MB
 
 
+def block_search_mb(job: Job, passages: int) -> tuple[float, int]:
+    """``(MB held, reads of the block)`` of an exact search block (:func:`miracl_eval.faiss.blocks.block_search`):
+    its vectors in the view's storage at the view's dimensions (binary ``ceil(d / 8)`` bytes), and for a
+    view that rescores its rounds of queries and candidate pairs (at most :data:`DENSE_BLOCK_MB` and a
+    query chunk's), each round reading the block's vectors again."""
+    dim = job.view_dim or job.dim
+    held = passages * math.ceil(dim * STORAGE_BYTES[job.storage])
+    if not job.rescore:
+        return held / MB, 1
+    per_query = job.rescore * RESCORE_TIES * RESCORE_PAIR_BYTES + 2 * 4 * dim
+    rounds = max(1, math.ceil(job.queries * per_query / (DENSE_BLOCK_MB * MB)))
+    return (held + min(job.queries, DENSE_BLOCK_MB * MB / per_query + DENSE_MERGE_CHUNK) * per_query) / MB, 1 + rounds
+
+
 def dense_gflop(name: str, settings: Settings, passages: int, queries: int, dim: int) -> float:
     """Arithmetic of a dense index job, in 1e9 multiply-adds: building an IVF-PQ index (k-means
     training on the sample, assigning every vector to a list and to its PQ codes), or searching
@@ -327,18 +442,55 @@ def read_mb(name: str, job: Job, settings: Settings, passages: int) -> float:
         "preprocess_corpus": job.input_mb * MB,
         "judged_not_in_corpus": passages * DOCID_BYTES,
         "encode_corpus": passages * TEXT_BYTES,
+        "encode_api": passages * TEXT_BYTES,
         "bm25_index": passages * TEXT_BYTES,
         "sparse_index": passages * SPARSE_BYTES,
         "bm25_search": passages * POSTING_BYTES,
         "sparse_search": passages * POSTING_BYTES,
         "dense_index": vectors,
         "dense_search": dense_index_mb(settings, passages, job.dim) * MB,
-        "dense_block_search": vectors,
+        "dense_block_search": vectors * block_search_mb(job, passages)[1],
         "union_components": passages * (4 * job.dim + SPARSE_BYTES + DOCID_BYTES),
         "rerank_components": passages * (TEXT_BYTES + DOCID_BYTES),
         "reranker_scores": passages * DOCID_BYTES + job.queries * job.candidates * TEXT_BYTES,
     }
     return reads.get(name, 0.0) / MB
+
+
+def output_mb(name: str, job: Job, settings: Settings) -> int:
+    """MB that the outputs of a job of estimate ``name`` take on disk (its ``disk_mb``), at least 1: a
+    corpus's download its passages' texts and a model's its checkpoint (``input_mb``), a preprocessed corpus
+    its texts twice (title and text, and the joined contents), an encoding its vectors (``dim`` components of
+    ``settings.dense_bytes``) and lexical weights (``job.kinds``), an index its postings or vectors, a
+    search, fusion or rerank its ranked rows (``hits``, or ``candidates``, a query), scoring its scored
+    pairs. Small outputs (topics, reports, per-query results) count 1 MB."""
+    q, passages = job.queries, job.passages
+    if name == "preprocess_corpus":  # counted from the raw corpus's size, as its time and memory are
+        passages = passages or int(job.input_mb * MB / RAW_BYTES_PER_PASSAGE)
+    vector = settings.dense_bytes * job.dim
+    encoded = (vector if "dense" in job.kinds else 0) + (SPARSE_BYTES if "sparse" in job.kinds else 0)
+    ranked = q * settings.hits * RUN_ROW_BYTES
+    writes = {
+        "download": passages * TEXT_BYTES + job.input_mb * MB,
+        "preprocess_corpus": passages * (2 * TEXT_BYTES + DOCID_BYTES),
+        "bm25_index": passages * (POSTING_BYTES + DOCID_BYTES),
+        "sparse_index": passages * (SPARSE_BYTES + DOCID_BYTES),
+        "encode_corpus": passages * (encoded + DOCID_BYTES),
+        "encode_queries": q * encoded,
+        "dense_index": dense_index_mb(settings, passages, job.dim) * MB if passages else 0,
+        "bm25_search": ranked,
+        "sparse_search": ranked,
+        "dense_search": ranked,
+        "dense_merge": ranked,
+        "dense_block_search": q * settings.hits * SCORE_ROW_BYTES,
+        "union_components": q * job.candidates * SCORE_ROW_BYTES,
+        "rerank_components": q * job.candidates * SCORE_ROW_BYTES,
+        "reranker_scores": q * job.candidates * SCORE_ROW_BYTES,
+        "reranked_run": q * job.candidates * RUN_ROW_BYTES,
+        "fuse": q * job.candidates * RUN_ROW_BYTES,
+        "hybrid": q * job.candidates * RUN_ROW_BYTES,
+    }
+    return max(1, math.ceil(writes.get(name, 0) / MB))
 
 
 def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], dict[str, float]]:
@@ -356,13 +508,21 @@ def units(name: str, job: Job, settings: Settings) -> tuple[dict[str, float], di
         "searched": float(q) * passages,
         "run_rows": float(q * settings.hits),
         "pairs": float(q * job.candidates),
-        "index_mb": dense_index_mb(settings, passages, job.dim) if dense else 0.0,
+        "index_mb": (
+            block_search_mb(job, passages)[0]
+            if name == "dense_block_search"
+            else dense_index_mb(settings, passages, job.dim)
+            if dense
+            else 0.0
+        ),
         "gflop": dense_gflop(name, settings, passages, q, job.dim) if dense else 0.0,
         "heap_mb": heap_mb(settings.java_heap),
         "checkpoint_mb": job.checkpoint_mb,
         "model_pairs": float(q * job.candidates) * job.checkpoint_mb / 1024,
         "input_mb": job.input_mb,
         "read_mb": read_mb(name, job, settings, passages),
+        # a batch of stored vectors as read and as float32 (a job that streams its vectors)
+        "batch_mb": 2.0 * min(schemas.BATCH_ROWS, passages) * job.dim * 4 / MB,
     }
     mem = dict(time)
     if name in HELD_QUERIES:
@@ -394,10 +554,11 @@ def estimate(name: str, job: Job, settings: Settings) -> Request:
     if cost.parallel:
         seconds /= max(1, job.threads)
     seconds += time_units["read_mb"] / READ_MB_PER_S  # reading is not divided among threads
-    return Request(
-        mem_mb=int(math.ceil(mem * MEM_MARGIN / 100) * 100),
-        runtime=int(math.ceil((cost.minutes + seconds / 60) * TIME_MARGIN)),
-    )
+    runtime = int(math.ceil((cost.minutes + seconds / 60) * TIME_MARGIN))
+    if job.pace is not None:  # an API job: never less than its share of the provider's limits allows
+        paced = job.pace.seconds(job.queries if name == "encode_api_queries" else job.passages)
+        runtime = max(runtime, int(math.ceil((cost.minutes + paced / 60) * PACE_MARGIN)))
+    return Request(mem_mb=int(math.ceil(mem * MEM_MARGIN / 100) * 100), runtime=runtime)
 
 
 def _share(total: int, size: int, index: int) -> int:
@@ -417,15 +578,21 @@ def job_for(
     input_mb: float = 0.0,
     checkpoint_mb: float = 0.0,
     candidates: int = 0,
+    kinds: tuple[str, ...] = (),
+    storage: str = "float32",
+    view_dim: int = 0,
+    rescore: int = 0,
+    pace: Pace | None = None,
 ) -> Job:
     """The :class:`Job` of one job of estimate ``name``, from what the workflow knows before it runs.
 
     ``passages`` and ``queries`` are the whole corpus's and partition's (or, for a job over every
-    partition, such as an evaluation or the report, all partitions') preprocessed rows; an encoding job covers its block of the passages and a scoring job
-    its chunk of the queries (from the ``block`` and ``chunk`` wildcards). A model's job runs on a GPU
+    partition, such as an evaluation or the report, all partitions') preprocessed rows; a job over a block of
+    shards (an encoding job, a model's or an API's, and an exact search job) covers its block of the passages,
+    and a scoring job its chunk of the queries (from the ``block`` and ``chunk`` wildcards). A model's job runs on a GPU
     when the encoders do (``settings.gpu``).
     """
-    if name in ("encode_corpus", "dense_block_search"):
+    if "block" in wildcards:  # a job over a block of shards (encoding, local or by an API; exact search)
         passages = block_rows(wildcards["block"], passages, settings.shard_size)
     if "chunk" in wildcards:
         queries = _share(queries, settings.query_chunk, int(wildcards["chunk"]))
@@ -438,7 +605,37 @@ def job_for(
         checkpoint_mb=checkpoint_mb if name in MODEL_ESTIMATES else 0.0,
         input_mb=input_mb,
         candidates=candidates,
+        kinds=kinds,
+        storage=storage,
+        view_dim=view_dim,
+        rescore=rescore,
+        pace=pace,
     )
+
+
+def queried_partitions(
+    name: str, wildcards: Mapping[str, str], partitions: Sequence[str], of_corpus: Sequence[str]
+) -> list[str]:
+    """The partitions whose queries a job of estimate ``name`` counts: its own (a ``part`` wildcard), every one
+    of the run (``partitions``: an evaluation, a report page, :data:`ALL_PARTITIONS`), those that search its
+    corpus (``of_corpus``: an exact search block searches them all at once), else none."""
+    if "part" in wildcards:
+        return [wildcards["part"]]
+    if name in ALL_PARTITIONS:
+        return list(partitions)
+    if name == "dense_block_search":
+        return list(of_corpus)
+    return []
+
+
+def checkpoint_rows(path: str, inputs: Sequence[str]) -> int:
+    """Rows of a checkpoint's Parquet output (a preprocessed corpus or partition) that a job's request counts.
+    Until it exists (a dry run), a FileNotFoundError naming the job's first input (``inputs``; else ``path``):
+    Snakemake then shows the request as ``<TBD>`` and evaluates it again when the job starts."""
+    if not os.path.exists(path):
+        missing = str(inputs[0]) if len(inputs) else path
+        raise FileNotFoundError(errno.ENOENT, f"{path} does not exist yet", missing)
+    return schemas.count_rows(path)
 
 
 def path_mb(path: str | os.PathLike[str]) -> float:

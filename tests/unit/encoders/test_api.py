@@ -21,7 +21,7 @@ from miracl_eval.encoders import openai as api
 from miracl_eval.encoders.api_plan import cost_plan
 from miracl_eval.encoders.registry import encoding_settings, get_family
 from miracl_eval.errors import ConfigError, InputError
-from miracl_eval.offline.embeddings_server import EmbeddingsServer
+from miracl_eval.offline.embeddings_server import EmbeddingsServer, StubModel
 from tests.helpers import BATCH_TOL, sample_passages, sample_queries
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -91,7 +91,7 @@ def test_requests_keep_to_the_limits_and_carry_the_settings(served, me5_small, k
         assert body["model"] == "intfloat/multilingual-e5-small" and body["dimensions"] == 64
         assert body["encoding_format"] == "float" and 1 <= len(body["input"]) <= 5
         counts = [len(ids) for ids in raw.tokenizer(body["input"], add_special_tokens=False)["input_ids"]]
-        assert max(counts) <= MAX + 2  # cut at 510 tokens ("passage: " decoded back may re-tokenize by one)
+        assert max(counts) <= MAX  # cut at 510 tokens, as the tokenizer counts the text sent
         assert sum(counts) <= 1200 or len(counts) == 1
         assert all(t.startswith("passage: ") for t in body["input"])
     assert sum(len(b["input"]) for b in server.received) == len(texts)
@@ -202,3 +202,81 @@ def test_progress_moves_by_request(served, me5_small, key) -> None:
         encoder = api.load(_spec(server, me5_small, inputs_per_request=4))
         list(encoder.encode_stream([(None, texts)], "passage", progress=seen.append))
     assert sum(seen) == len(texts) and max(seen) <= 4
+
+
+def test_a_cut_text_is_never_over_the_limit_as_the_server_counts_it(tiktoken_offline, key) -> None:
+    """tiktoken's ids cut and decoded can tokenize one longer (a Bengali character split between tokens):
+    cut by ids and counted again, no text sent is over the limit, and a server that refuses longer inputs
+    (as OpenAI's does at 8,192) embeds them all."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base")
+    limit = 40
+    texts = sample_passages(["bn", "hi"], 20)
+    longer = [t for t in texts if len(enc.encode_ordinary(enc.decode(enc.encode_ordinary(t)[:limit]))) > limit]
+    assert longer  # the case is there: the naive cut is over the limit
+    model = StubModel(8, tokenizer=lambda ts, add_special_tokens=False: {"input_ids": enc.encode_ordinary_batch(ts)})
+    with EmbeddingsServer(model, key=KEY, max_input_tokens=limit) as server:
+        spec = resolve_model("bn", {"family": "openai", "model": "m", "base_url": server.base_url,
+                                    "api_key_env": KEY_ENV, "tokenizer": "tiktoken:cl100k_base",
+                                    "passage_max_length": limit, "inputs_per_request": 8})  # fmt: skip
+        got = api.load(spec).encode(texts, "passage").dense
+    sent = [t for body in server.received for t in body["input"]]
+    assert got.shape == (len(texts), 8) and len(sent) == len(texts)
+    assert max(len(enc.encode_ordinary(t)) for t in sent) <= limit
+
+
+def test_the_cost_plan_samples_a_large_corpus_evenly(me5_small, tmp_path, monkeypatch) -> None:
+    """A corpus over EXACT_ROWS (every real MIRACL corpus): whole row groups spread over it are counted and
+    scaled; the estimate is those groups' exact count times the corpus over them, and near the full count."""
+    from transformers import AutoTokenizer
+
+    from miracl_eval.encoders import api_plan
+
+    monkeypatch.setattr(api_plan, "EXACT_ROWS", 100)
+    passages = sample_passages(["en", "sw", "zh", "ar"], 25)  # 100, cycled over 10 row groups of 50
+    rows = [passages[(i * 7) % len(passages)] for i in range(500)]
+    corpus = tmp_path / "corpus.parquet"
+    table = pa.table({"docid": [f"d{i}" for i in range(500)], "title": [""] * 500, "text": rows, "contents": rows})
+    pq.write_table(table, corpus, row_group_size=50)
+    queries = tmp_path / "queries.parquet"
+    pq.write_table(pa.table({"qid": ["q0"], "query": ["what"]}, schema=schemas.QUERIES), queries)
+    spec = resolve_model("paid", {"family": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
+                                  "tokenizer": str(me5_small), "passage_prefix": "passage: ",
+                                  "price_per_million_tokens": 1.0, "max_usd": 100.0})  # fmt: skip
+    cost_plan({"c": corpus}, {"q": queries}, spec, "paid", tmp_path / "plan.json")
+    part = json.loads((tmp_path / "plan.json").read_text())["parts"]["corpus c"]
+    tok = AutoTokenizer.from_pretrained(me5_small)
+
+    def tokens(texts: list[str]) -> int:
+        return sum(len(ids) for ids in tok(["passage: " + t for t in texts], add_special_tokens=False)["input_ids"])
+
+    groups = [0, 9]  # ceil(100 x 10 / 500) = 2 groups, spread: the first and the last
+    sampled = [rows[g * 50 + i] for g in groups for i in range(50)]
+    assert part["inputs"] == 500 and part["counted"] == 100
+    assert part["tokens"] == round(tokens(sampled) * 500 / 100)
+    assert abs(part["tokens"] - tokens(rows)) <= 0.05 * tokens(rows)
+    assert json.loads((tmp_path / "plan.json").read_text())["sampled"] is True
+
+
+def test_a_budget_without_a_price_is_refused() -> None:
+    """max_usd on a model with no price (a name that is no preset): its spend would count as $0 against it."""
+    settings = {"family": "openai", "model": "text-embedding-3-large", "base_url": "https://api.openai.com/v1",
+                "dimensions": 1024, "max_usd": 100}  # fmt: skip
+    with pytest.raises(ConfigError, match="max_usd is 100 but no price is given") as err:
+        resolve_model("oa-1024", settings)
+    assert err.value.key == "models.oa-1024.price_per_million_tokens"
+    priced = resolve_model("oa-1024", {**settings, "price_per_million_tokens": 0.13})
+    assert priced["max_usd"] == 100 and priced["price_per_million_tokens"] == 0.13
+
+
+def test_a_request_limit_below_a_texts_max_length_is_refused() -> None:
+    """tokens_per_request under passage_max_length: a passage that long would go alone in a request over it."""
+    settings = {"family": "openai", "model": "text-embedding-3-large", "base_url": "https://api.openai.com/v1",
+                "tokens_per_request": 4000}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"4,000 tokens a request is less than one text may take "
+                                          r"\(passage_max_length 8,192") as err:  # fmt: skip
+        resolve_model("oa", settings)
+    assert err.value.key == "models.oa.tokens_per_request"
+    fits = {**settings, "passage_max_length": 4000, "query_max_length": 512}
+    assert resolve_model("oa", fits)["tokens_per_request"] == 4000

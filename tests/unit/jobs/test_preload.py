@@ -213,11 +213,12 @@ def test_an_encoding_stage_writes_the_same_bytes_preloaded(tiny_checkpoints, tmp
         assert pq.read_table(outputs["direct"][kind]).equals(pq.read_table(outputs["preloaded"][kind]))
 
 
-def test_a_server_of_another_user_is_never_sent_a_job(monkeypatch):
+def test_a_server_of_another_user_is_never_sent_a_job(monkeypatch, tmp_path):
     """An abstract socket has no permissions: the job checks the server's user (SO_PEERCRED)."""
     preload.run(Call("os", "getpid"), None)  # a server is up
     name = preload.server_name(preload.IDLE_SECONDS)
     monkeypatch.setattr(preload, "server_name", lambda idle: name)
+    monkeypatch.setattr(preload, "private_dir", lambda: tmp_path)  # that user's own folder for markers and logs
     monkeypatch.setattr(preload.os, "getuid", lambda: 4242)  # as if that server ran as another user
     assert preload.run(Call("os", "getpid"), None) == os.getpid()  # the job runs in its own process
 
