@@ -21,6 +21,7 @@ run_stage(
                 view=dict(p.view),
                 ranges=sm.input.ranges[0] if sm.input.ranges else None,
                 rescore=p.rescore,
+                model=sm.wildcards.model,
             )
         ),
     ),

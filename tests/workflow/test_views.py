@@ -26,7 +26,7 @@ METHODS = ["me5-small/dense", *(f"{v}/dense" for v in VIEWS)]
 
 def config(instruction: dict | None = None, **views: dict) -> dict:
     return sample_config(
-        LANGS, threads=1, methods=METHODS, hybrids={}, rerankers={}, preload=False,
+        LANGS, threads=1, methods=METHODS, hybrids={}, rerankers={}, preload=True,
         # a task instruction in the query template (what instruction-tuned models have; meaningless for me5-small)
         models={"me5-small": {"checkpoint": "resources/models/me5-small", "query_template": "query: {task}: {query}",
                               **(instruction or {})}, **VIEWS, **views},

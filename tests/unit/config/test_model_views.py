@@ -43,11 +43,46 @@ def test_a_view_is_its_model_with_other_search_settings() -> None:
         ),
         ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "int4"}}, "models.v.storage", "int4"),
         ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": 0}}, "models.v.dimensions", "minimum"),
+        ({"me5-large": {}, "v": {"view_of": ["me5-large"]}}, "models.v.view_of", "must be the name of a model"),
+        ({"me5-large": {}, "v": {"view_of": 3}}, "models.v.view_of", "must be the name of a model of this run, not 3"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": -8}}, "models.v.dimensions", "minimum"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": 128.5}}, "models.v.dimensions", "not of type"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": "wide"}}, "models.v.dimensions", "not of type"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "dimensions": True}}, "models.v.dimensions", "not of type"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "ubinary"}}, "models.v.storage", "not one of"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "int8", "rescore": -1}}, "models.v.rescore",
+         "minimum"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "binary", "calibration_passages": 1000}},
+         "models.v.calibration_passages", "calibrates int8 storage only, and this model's storage is binary"),
+        ({"me5-large": {"calibration_passages": 1000}}, "models.me5-large.calibration_passages", "storage is float32"),
+        ({"me5-large": {}, "v": {"view_of": "me5-large", "storage": "int8", "calibration_passages": 0}},
+         "models.v.calibration_passages", "minimum"),
+        ({"oa": {"family": "openai", "model": "text-embedding-3-small", "dimensions": 256},
+          "v": {"view_of": "oa", "dimensions": 512}}, "models.v.dimensions",
+         "512 is more than the 256 dimensions the API returns for 'oa' (models.oa.dimensions)"),
     ],
-)
+)  # fmt: skip
 def test_bad_views_name_their_key(models: dict, key: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=rf"'{key}'.*{message}"):
+    with pytest.raises(ConfigError) as err:
         run(models, ["bm25"])
+    assert err.value.key == key and message in err.value.reason
+
+
+def test_view_settings_as_a_careful_user_writes_them() -> None:
+    """A whole number written as a float (YAML's 128.0, --config's '128.0') is that integer; rescoring more hits
+    than the run keeps is sentence-transformers' recipe (rescore_multiplier), and int8 without rescoring is
+    plain int8; an API model's view narrower than the API's vectors, or without dimensions, is fine."""
+    cfg = run({"me5-large": {}, "a": {"view_of": "me5-large", "dimensions": 128.0},
+               "b": {"view_of": "me5-large", "dimensions": "128.0", "storage": "int8", "rescore": "1e3"},
+               "c": {"view_of": "me5-large", "storage": "int8", "rescore": 0, "calibration_passages": 10**9},
+               "oa": {"family": "openai", "model": "text-embedding-3-small", "dimensions": 256},
+               "oa@128": {"view_of": "oa", "dimensions": 128}, "oa@int8": {"view_of": "oa", "storage": "int8"}},
+              ["bm25"], hits=100)  # fmt: skip
+    models = cfg["models"]
+    assert type(models["a"]["dimensions"]) is int and models["a"]["dimensions"] == 128
+    assert (models["b"]["dimensions"], models["b"]["rescore"]) == (128, 1000)
+    assert (models["c"]["rescore"], models["c"]["calibration_passages"]) == (0, 10**9)  # clamped by the job (logged)
+    assert models["oa@128"]["dimensions"] == 128 and models["oa@int8"]["dimensions"] == 256
 
 
 def test_rescoring_needs_vectors_held_otherwise_than_float32() -> None:
