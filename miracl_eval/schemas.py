@@ -171,6 +171,11 @@ def num_chunks(path: str | os.PathLike[str], size: int) -> int:
 DENSE_SEARCH_BATCH = 4_096
 #: queries per row group of an exact search block's candidates, and per merge step (miracl_eval.faiss.blocks)
 DENSE_MERGE_CHUNK = 1_024
+#: MB an exact search block's query batch of scores takes, and a rescoring round's pairs and queries
+#: (miracl_eval.faiss.blocks; its memory request, miracl_eval.jobs.requests)
+DENSE_BLOCK_MB = 1_024
+#: bytes a rescoring round of an exact search block holds per candidate pair
+RESCORE_PAIR_BYTES = 64
 #: queries that a Lucene search runs (and whose hits it holds) at once
 QUERY_CHUNK = 2_000
 #: queries whose hits an evaluation holds at once

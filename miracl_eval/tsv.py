@@ -24,6 +24,15 @@ def read_tsv(path: PathLike) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def read_table(path: PathLike, columns: Sequence[str], what: str) -> list[dict[str, str]]:
+    """The rows of one of the workflow's own tables, whose header must be ``columns`` (``what``: the kind of
+    table, named in the error)."""
+    header, rows = read_tsv(path)
+    if tuple(header) != tuple(columns):
+        raise InputError(path, f"not {what} (header must be {' '.join(columns)})", 1)
+    return [dict(zip(header, r, strict=True)) for r in rows]
+
+
 def data_rows(text: str, where: str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     """``(line number, {column: cell})`` of a shipped data table: ``#`` comment and blank lines skipped,
     then a header that must be ``columns``, then rows exactly as wide. ``where`` names it in errors."""

@@ -20,7 +20,15 @@ from typing import Any
 import yaml
 
 from miracl_eval.config.schema_tools import coerce_strings, first_error
-from miracl_eval.encoders.checkpoints import check_checkpoint, insecure_url
+from miracl_eval.encoders.checkpoints import (
+    DEFAULT_REVISION,
+    check_checkpoint,
+    hub_folder_name,
+    insecure_url,
+    is_hub_id,
+    leaky_url,
+)
+from miracl_eval.encoders.prompts import template_problem
 from miracl_eval.encoders.registry import FAMILIES, FROM_CHECKPOINT_KEY, VIEW_SETTINGS
 from miracl_eval.errors import ConfigError, InputError
 
@@ -113,20 +121,41 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     schema = family.schema()
     spec = coerce_strings(spec, schema)
     template = spec.get("query_template")
-    if template is not None and "{query}" not in template:
-        raise ConfigError(f"{key}.query_template", "must contain '{query}'")
+    problem = template_problem(template) if isinstance(template, str) else None
+    if problem:
+        raise ConfigError(f"{key}.query_template", problem)
     err = first_error(spec, schema)
     if err is not None:
         raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
     spec = family.resolve({k: v for k, v in spec.items() if k != "family"}, key)
+    if given and "calibration_passages" in given:
+        _check_calibration(spec, key)
     if family.remote:
+        leak = leaky_url(spec["base_url"])
+        if leak:  # not the URL itself: it may hold a secret
+            raise ConfigError(f"{key}.base_url", f"the base URL {leak}")
         if insecure_url(spec["base_url"]) and not spec["allow_insecure"]:
             raise ConfigError(
                 f"{key}.base_url",
                 f"{spec['base_url']} is neither https:// nor a loopback address: the API key would travel in clear "
                 "(set allow_insecure: true to accept it)",
             )
+        if spec.get("max_usd") and not spec.get("price_per_million_tokens"):
+            raise ConfigError(
+                f"{key}.price_per_million_tokens",
+                f"max_usd is {spec['max_usd']:g} but no price is given: the spend could not be counted against "
+                "it (set the API's US dollars per 1M input tokens)",
+            )
+        longest = max(int(spec["passage_max_length"]), int(spec["query_max_length"]))
+        if int(spec["tokens_per_request"]) < longest:
+            raise ConfigError(
+                f"{key}.tokens_per_request",
+                f"{spec['tokens_per_request']:,} tokens a request is less than one text may take "
+                f"(passage_max_length {spec['passage_max_length']:,}, query_max_length {spec['query_max_length']:,}):"
+                " such a text would go alone in a request over the limit (raise it, or lower the max lengths)",
+            )
         return spec
+    check_revision(spec, key)
     folder = Path(spec["checkpoint"]).expanduser()
     if folder.is_dir() and not spec["checkpoint"].startswith(BUILT_CHECKPOINTS):
         try:
@@ -138,17 +167,28 @@ def resolve_model(name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     return spec
 
 
+def check_revision(spec: Mapping[str, Any], key: str) -> None:
+    """A ``revision`` names a commit, tag or branch of a hub model: given with a local checkpoint folder
+    (or one the workflow builds), it is an error naming ``{key}.revision``."""
+    if spec.get("revision") is not None and not is_hub_id(spec["checkpoint"]):
+        raise ConfigError(
+            f"{key}.revision",
+            f"names a revision of a Hugging Face hub model, and the checkpoint {spec['checkpoint']!r} is a local "
+            "folder: leave it out, or give the hub id as the checkpoint",
+        )
+
+
 def _checkpoint_settings(spec: dict[str, Any], folder: Path, key: str) -> dict[str, Any]:
-    """A dense spec's left-out settings from its checkpoint's sentence-transformers files, when the
-    checkpoint is a folder here (a hub model once fetched: ``resources/models/hub/{org}--{name}``);
-    otherwise they are read when the model is loaded."""
-    from miracl_eval.encoders.checkpoints import hub_folder_name, is_hub_id
+    """A dense spec's left-out settings from its checkpoint's sentence-transformers files (its module
+    chain checked), when the checkpoint is a folder here (a hub model once fetched:
+    ``resources/models/hub/{org}--{name}``, ``...@{revision}``); otherwise they are read when the model is loaded."""
+    from miracl_eval.encoders.checkpoints import hub_folder_name
     from miracl_eval.encoders.registry import FROM_CHECKPOINT_KEY
     from miracl_eval.encoders.st_settings import fill_from_checkpoint
 
     local = folder if folder.is_dir() else None
     if local is None and is_hub_id(spec["checkpoint"]):
-        fetched = Path(HUB_MODELS_DIR) / hub_folder_name(spec["checkpoint"])
+        fetched = Path(HUB_MODELS_DIR) / hub_folder_name(spec["checkpoint"], spec.get("revision"))
         local = fetched if fetched.is_dir() else None
     if local is None:
         return spec
@@ -184,6 +224,8 @@ def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         base = given["view_of"]
         key = f"models.{name}"
         _check_name("models", name)
+        if not isinstance(base, str):
+            raise ConfigError(f"{key}.view_of", f"must be the name of a model of this run, not {base!r}")
         if base not in plain:
             why = "a view itself" if base in models else "not under `models`"
             raise ConfigError(
@@ -205,5 +247,48 @@ def resolve_models(models: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         err = first_error({k: v for k, v in spec.items() if k != FROM_CHECKPOINT_KEY}, schema)
         if err is not None:
             raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
+        if "calibration_passages" in given:
+            _check_calibration(spec, key)
+        asked = out[base].get("dimensions")
+        if FAMILIES[family].remote and asked is not None and (spec["dimensions"] or 0) > asked:
+            raise ConfigError(
+                f"{key}.dimensions",
+                f"{spec['dimensions']} is more than the {asked} dimensions the API returns for '{base}' "
+                f"(models.{base}.dimensions): a view searches the first N of those",
+            )
         out[name] = spec
     return {name: out[name] for name in models}
+
+
+def _check_calibration(spec: Mapping[str, Any], key: str) -> None:
+    """``calibration_passages`` given for vectors not held as int8 would calibrate nothing."""
+    if spec.get("storage") != "int8":
+        raise ConfigError(
+            f"{key}.calibration_passages",
+            f"calibrates int8 storage only, and this model's storage is {spec.get('storage')} (storage: int8 uses it)",
+        )
+
+
+def hub_folder(spec: Mapping[str, Any]) -> str | None:
+    """The folder (under :data:`HUB_MODELS_DIR`, ``PATHS["hub_model"]``) that the ``fetch_model`` rule fetches a
+    model's or reranker's hub checkpoint into, one per revision (``BAAI--bge-m3``, ``BAAI--bge-m3@v2``); None
+    when its ``checkpoint`` is a folder (one the workflow builds, or a local one), which its jobs load as it is."""
+    given = str(spec["checkpoint"])
+    if given.startswith(BUILT_CHECKPOINTS) or not is_hub_id(given):
+        return None
+    return hub_folder_name(given, spec.get("revision"))
+
+
+def hub_checkpoints(
+    models: Mapping[str, Mapping[str, Any]], rerankers: Mapping[str, Mapping[str, Any]]
+) -> dict[str, tuple[str, str]]:
+    """The hub checkpoints that ``models`` (but those behind an API, whose checkpoint is the API's model
+    name) and ``rerankers`` name, as ``(repository, revision)`` by the folder they are fetched into
+    (:func:`hub_folder`); a revision left out is :data:`~miracl_eval.encoders.checkpoints.DEFAULT_REVISION`."""
+    specs = [*(s for s in models.values() if not FAMILIES[s["family"]].remote), *rerankers.values()]
+    fetched: dict[str, tuple[str, str]] = {}
+    for spec in specs:
+        folder = hub_folder(spec)
+        if folder is not None:
+            fetched[folder] = (str(spec["checkpoint"]), str(spec.get("revision") or DEFAULT_REVISION))
+    return fetched

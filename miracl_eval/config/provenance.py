@@ -144,10 +144,33 @@ HEADER = (
 )
 
 
-def write_effective_config(config: Mapping[str, Any], output: str | os.PathLike[str]) -> int:
-    """Stage entry point: keep the validated configuration with the results (YAML). Returns #settings."""
+def fetched_lines(fetched: Mapping[str, str | os.PathLike[str]]) -> list[str]:
+    """YAML comments naming the commit each fetched hub checkpoint holds (``models.{name}.commit`` ->
+    its folder, whose fetch record gives it), to keep with the configuration: a revision names a branch
+    that moves, the commit does not."""
+    from miracl_eval.encoders.checkpoints import FETCH_RECORD, fetch_record, fetched_commit
+
+    if not fetched:
+        return []
+    lines = ["# The hub checkpoints as fetched (their folder's miracl-eval-fetch.json); `revision: <commit>` pins one:"]
+    for key, folder in fetched.items():
+        record = fetch_record(folder) or {}
+        commit = fetched_commit(folder) or f"unknown ({folder} has no {FETCH_RECORD} naming it)"
+        given = record.get("revision", "?")
+        lines.append(f"# {key}: {commit}  ({record.get('repo_id', '?')} at revision {given}, {folder})")
+    return lines
+
+
+def write_effective_config(
+    config: Mapping[str, Any],
+    output: str | os.PathLike[str],
+    fetched: Mapping[str, str | os.PathLike[str]] | None = None,
+) -> int:
+    """Stage entry point: keep the validated configuration with the results (YAML), followed by the commit
+    of each fetched hub checkpoint as comments (:func:`fetched_lines`). Returns #settings."""
     text = yaml.safe_dump(_plain(config), sort_keys=False, allow_unicode=True, default_flow_style=False)
-    write_text_atomic(output, HEADER + text)
+    trailer = "".join(f"{line}\n" for line in fetched_lines(fetched or {}))
+    write_text_atomic(output, HEADER + text + trailer)
     return sum(1 for _ in leaves(config))
 
 

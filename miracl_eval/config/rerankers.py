@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from miracl_eval.config.models import BUILT_CHECKPOINTS, Preset, load_presets, preset_spec
+from miracl_eval.config.models import BUILT_CHECKPOINTS, Preset, check_revision, load_presets, preset_spec
 from miracl_eval.config.schema_tools import coerce_strings, first_error
 from miracl_eval.encoders.checkpoints import check_checkpoint
 from miracl_eval.errors import ConfigError, InputError
@@ -41,6 +41,7 @@ def resolve_reranker(name: str, given: Mapping[str, Any] | None) -> dict[str, An
     if err is not None:
         raise ConfigError(f"{key}.{err[0]}" if err[0] else key, err[1])
     spec = family.resolve(spec, key)
+    check_revision(spec, key)
     folder = Path(spec["checkpoint"]).expanduser()
     if folder.is_dir() and not spec["checkpoint"].startswith(BUILT_CHECKPOINTS):
         try:

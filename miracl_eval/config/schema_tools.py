@@ -31,6 +31,9 @@ def _scalar(value: str, node: Mapping[str, Any]) -> Any:
             return int(text)
         except ValueError:
             pass
+        whole = _whole(text)
+        if whole is not None:
+            return whole
     if "number" in types:
         try:
             return float(text)
@@ -44,15 +47,28 @@ def _scalar(value: str, node: Mapping[str, Any]) -> Any:
     return value
 
 
+def _whole(text: str) -> int | None:
+    """The integer a number written as a float is (``128.0``, ``1e3``), or None."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
+
+
 def coerce_strings(value: Any, node: Mapping[str, Any]) -> Any:
     """A copy of ``value`` in which strings are converted where ``node`` (a JSON schema) wants a number,
-    an integer, a boolean or null.
+    an integer, a boolean or null, and whole floats (``128.0``) where it wants an integer.
 
     Snakemake hands nested ``--config`` values over as strings (YAML's BaseLoader):
-    ``--config "bm25={k1: 1.2}"`` gives ``{'k1': '1.2'}``. A string that does not convert is kept.
+    ``--config "bm25={k1: 1.2}"`` gives ``{'k1': '1.2'}``. A string that does not convert is kept (the
+    validator then names the key), and so is a float that is not whole (``1.5``). JSON schema counts
+    ``128.0`` as an integer; converted, it is one where it is used (a slice, a count).
     """
     if isinstance(value, str):
         return _scalar(value, node)
+    if isinstance(value, float) and "integer" in _types(node) and "number" not in _types(node):
+        return int(value) if value.is_integer() else value
     if isinstance(value, Mapping):
         props = node.get("properties", {})
         extra = node.get("additionalProperties")
@@ -98,4 +114,7 @@ def first_error(value: Any, schema: Mapping[str, Any]) -> tuple[str, str] | None
     if err.validator == "additionalProperties" and "'" in err.message:
         extra = err.message.split("'")[1]
         return key_of([*err.absolute_path, extra]), "is not a known setting"
+    if "propertyNames" in err.schema_path:  # a key that is not one of those allowed: named, with them
+        allowed = err.validator_value if err.validator == "enum" else []
+        return key_of([*err.absolute_path, err.instance]), f"is not one of the names allowed here: {', '.join(allowed)}"
     return key_of(err.absolute_path), err.message

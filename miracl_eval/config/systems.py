@@ -147,6 +147,28 @@ def computed_systems(config: Mapping[str, Any]) -> list[System]:
     return list(out.values())
 
 
+def used_models(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved specs of the models that some computed system uses, by name in the config's order: a
+    configured model that no row uses gets no jobs."""
+    used = {s.model for s in computed_systems(config) if s.model}
+    return {name: spec for name, spec in config["models"].items() if name in used}
+
+
+def used_hybrids(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of the hybrids that some computed system is, by name in the order of the systems."""
+    return {s.hybrid: config["hybrids"][s.hybrid] for s in computed_systems(config) if s.hybrid}
+
+
+def used_rerankers(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved specs of the rerankers that some row uses, by name in the order of the systems."""
+    return {s.reranker: config["rerankers"][s.reranker] for s in computed_systems(config) if s.reranker}
+
+
+def first_stages(config: Mapping[str, Any]) -> list[str]:
+    """The labels whose top hits some reranker reranks (rows of the table or not), each once."""
+    return list(dict.fromkeys(s.first_stage.label for s in computed_systems(config) if s.first_stage))
+
+
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{"bm25": {"k1": 0.9}}`` → ``{"bm25.k1": 0.9}``."""
     flat: dict[str, object] = {}

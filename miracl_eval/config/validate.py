@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,7 @@ from miracl_eval.config.models import resolve_models
 from miracl_eval.config.rerankers import resolve_rerankers
 from miracl_eval.config.schema_tools import coerce_strings, fill_defaults, first_error
 from miracl_eval.config.systems import parse_methods
+from miracl_eval.encoders.prompts import TASK, instruction_problem
 from miracl_eval.encoders.registry import SEARCHED_AS_ENCODED
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.datasets import get_dataset
@@ -86,10 +88,12 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
     _check_legacy(config)
     full = _resolve_schema_refs(schema(), schema())
     cfg = coerce_strings(copy.deepcopy(dict(config)), full)
+    check_values(cfg)
     err = first_error(cfg, schema())
     if err is not None:
         raise ConfigError(err[0] or "(top level)", err[1])
     fill_defaults(cfg, full)
+    cfg["reproduction"] = reproduction_settings(cfg["reproduction"])
     cfg["models"] = resolve_models(cfg["models"])
     cfg["rerankers"] = resolve_rerankers(cfg["rerankers"])
     for name, hybrid in cfg["hybrids"].items():
@@ -103,7 +107,7 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             f"unknown code(s) {', '.join(map(repr, bad))} for {dataset.name}; valid: {', '.join(dataset.partitions)}",
         )
     for name, spec in cfg["models"].items():
-        fill_query_instruction(spec, dataset.query_instruction, f"models.{name}")
+        fill_query_instruction(spec, dataset.query_instruction, f"models.{name}", dataset.name)
         if spec.get("rescore") and spec.get("storage", "float32") == "float32":
             raise ConfigError(f"models.{name}.rescore", "rescores vectors held as float16, int8 or binary (storage)")
         if spec["family"] in ("dense", "openai") and cfg["dense_index"]["type"] != "flat":
@@ -131,18 +135,77 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"source.{name}", "must contain '{lang}' when several languages are evaluated")
     if cfg["hub"]["topics_from"] == "ir_datasets" and dataset.name != "miracl":
         raise ConfigError("hub.topics_from", f"ir_datasets holds MIRACL's topics and qrels, not {dataset.name}'s")
+    check_values(cfg)  # the models' settings too, as converted and filled in
     return cfg
 
 
-def fill_query_instruction(spec: dict[str, Any], instruction: str, key: str) -> None:
+def check_values(value: Any, path: tuple[str, ...] = ()) -> None:
+    """Every string of the config (keys too) must be one UTF-8 can hold, every number finite: an unpaired
+    surrogate (YAML's ``"\\ud800"`` escape) would fail the first file written with it, and NaN passes every
+    comparison a bound makes (a tolerance, a timeout); ConfigError names the key."""
+    key = ".".join(path) or "(top level)"
+    if isinstance(value, str):
+        bad = next((c for c in value if 0xD800 <= ord(c) <= 0xDFFF), None)
+        if bad is not None:
+            raise ConfigError(
+                key, f"holds an unpaired surrogate \\u{ord(bad):04x} (half of a UTF-16 pair), which UTF-8 cannot hold"
+            )
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"{value} is not a finite number")
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            check_values(k, path)
+            check_values(v, (*path, str(k)))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_values(v, (*path, str(i)))
+
+
+#: a tolerance from which on (10 nDCG points) a verdict says nothing: surely meant in points, not on the 0-1 scale
+TOLERANCE_LIMIT = 0.1
+
+
+def reproduction_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``reproduction`` with a tolerance given as one number (for every measure) spread over the measures,
+    each below :data:`TOLERANCE_LIMIT`; ConfigError names the key."""
+    measures = schema()["properties"]["reproduction"]["properties"]["tolerance"]["propertyNames"]["enum"]
+
+    def spread(value: Any, key: str) -> dict[str, float]:
+        table = dict.fromkeys(measures, value) if not isinstance(value, Mapping) else dict(value)
+        for measure, tol in table.items():
+            if tol >= TOLERANCE_LIMIT:
+                where = key if not isinstance(value, Mapping) else f"{key}.{measure}"
+                raise ConfigError(
+                    where,
+                    f"{tol:g} is {tol * 100:g} points: a tolerance is on the measures' 0-1 scale (0.005 is half an "
+                    f"nDCG point), and from {TOLERANCE_LIMIT:g} on every verdict would be OKish",
+                )
+        return {m: float(t) for m, t in table.items()}
+
+    return {
+        **settings,
+        "tolerance": spread(settings["tolerance"], "reproduction.tolerance"),
+        "sources": {s: spread(v, f"reproduction.sources.{s}") for s, v in settings["sources"].items()},
+    }
+
+
+def fill_query_instruction(spec: dict[str, Any], instruction: str, key: str, dataset: str = "the dataset") -> None:
     """A model whose ``query_template`` has ``{task}`` gets the dataset's ``instruction`` unless its
-    ``query_instruction`` gives one; an instruction without a ``{task}`` to fill is an error."""
+    ``query_instruction`` gives one; an instruction without a ``{task}`` to fill, or an empty one, is an error."""
     template = spec.get("query_template")
     if "query_instruction" not in spec:
         return
-    if template is not None and "{task}" in template:
-        if spec["query_instruction"] is None:
+    if template is not None and TASK in template:
+        given = spec["query_instruction"]
+        if given is None and not instruction.strip():
+            raise ConfigError(
+                f"{key}.query_instruction",
+                f"query_template has {{task}}, and {dataset} has no task instruction to put there: give one here",
+            )
+        if given is None:
             spec["query_instruction"] = instruction
+        elif problem := instruction_problem(given):
+            raise ConfigError(f"{key}.query_instruction", problem)
     elif spec["query_instruction"] is not None:
         raise ConfigError(f"{key}.query_instruction", "is given, but query_template has no {task} to put it in")
 

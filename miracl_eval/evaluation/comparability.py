@@ -30,8 +30,9 @@ from pathlib import Path
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.errors import InputError
+from miracl_eval.evaluation.published import data_dir
 from miracl_eval.inputs.datasets import MIRACL_HN_REVISION
-from miracl_eval.tsv import data_rows, format_tsv, read_tsv
+from miracl_eval.tsv import data_rows, format_tsv, read_table
 from miracl_eval.types import PathLike
 
 REFERENCE_DIR = "data/reference"
@@ -171,8 +172,6 @@ class Check:
 
 
 def _read_reference(name: str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
-    from miracl_eval.evaluation.published import data_dir
-
     text = data_dir(REFERENCE_DIR).joinpath(name).read_text(encoding="utf-8")
     return data_rows(text, f"miracl_eval/{REFERENCE_DIR}/{name}", columns)
 
@@ -189,6 +188,16 @@ def _required(count: int | None, where: str, line: int) -> int:
     if count is None:
         raise InputError(where, "the number of queries must be known", line)
     return count
+
+
+def reference_passages(dataset: str) -> dict[str, int]:
+    """The shipped passages of each of ``dataset``'s corpora whose size is known (``corpora.tsv``)."""
+    out = {}
+    for line, rec in _read_reference(CORPORA_FILE, CORPORA_COLUMNS):
+        count = _count(rec["passages"], CORPORA_FILE, line) if rec["dataset"] == dataset else None
+        if count is not None:
+            out[rec["corpus"]] = count
+    return out
 
 
 def references(dataset: str, split: str, corpus_of: Mapping[str, str]) -> dict[str, list[Reference]]:
@@ -323,10 +332,7 @@ def comparability_stage(
 
 
 def read_comparability(path: PathLike) -> list[dict[str, str]]:
-    header, rows = read_tsv(path)
-    if tuple(header) != COLUMNS:
-        raise InputError(path, f"not a comparability table (header must be {' '.join(COLUMNS)})", 1)
-    return [dict(zip(header, r, strict=True)) for r in rows]
+    return read_table(path, COLUMNS, "a comparability table")
 
 
 def comparable_partitions(rows: Iterable[Mapping[str, str]]) -> set[str]:

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import ir_measures
 import pyarrow as pa
@@ -221,7 +221,7 @@ def evaluate_stage(
     return means
 
 
-def keyed_inputs(
+def keyed_inputs[T](
     files: Sequence[T], methods: Sequence[str], partitions: Sequence[str], what: str = "per-query files"
 ) -> dict[tuple[str, str], T]:
     """``{(method, partition): file}`` from files ordered partition-major, method-minor (as
@@ -230,32 +230,3 @@ def keyed_inputs(
     if len(keys) != len(files):
         raise ValueError(f"{len(files)} {what} for {len(keys)} (method, partition) pairs")
     return dict(zip(keys, files, strict=True))
-
-
-def tables_stage(
-    inputs: Sequence[str | os.PathLike[str]],
-    methods: Sequence[str],
-    partitions: Sequence[str],
-    outputs: Mapping[str, str | os.PathLike[str]],
-    mean_column: bool = True,
-    training: Mapping[str, Mapping[str, str]] | None = None,
-    training_out: str | os.PathLike[str] | None = None,
-    reproduction: Mapping[str, Any] | None = None,
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Stage entry point: ``inputs`` are per-query files ordered partition-major, method-minor. Beside
-    the tables: with ``training`` (:func:`miracl_eval.config.systems.training`), the rows' training;
-    with ``reproduction`` (``dataset``, ``split``, ``run_config``, ``comparability``, ``output``), the
-    verdicts of the published numbers (:mod:`miracl_eval.evaluation.reproduction`)."""
-    values = write_tables(keyed_inputs(inputs, methods, partitions), methods, partitions, outputs, mean_column)
-    if training is not None and training_out is not None:
-        from miracl_eval.evaluation.training import write_training
-
-        write_training({m: training[m] for m in methods}, training_out)
-    if reproduction is not None:
-        from miracl_eval.evaluation.reproduction import reproduction_stage
-
-        names = {m.key: m.name for m in MEASURES}
-        tables = {names[key]: path for key, path in outputs.items()}
-        r = reproduction
-        reproduction_stage(tables, r["dataset"], r["split"], r["run_config"], r["comparability"], r["output"])
-    return values

@@ -7,7 +7,7 @@ In the three levels of pyserini's reproduction matrix (2CR; ``pyserini/2cr/mirac
 * ``OK``: ours, rounded to the published value's precision (4 decimals for pyserini's, 0.1 point for a
   paper printing 54.9), *is* the published value;
 * ``OKish``: ours is within the tolerance of its measure (default 5e-4, 2CR's; settable per measure
-  and per source, e.g. half a point for a source printed to one decimal);
+  and per source, e.g. half a point for a source printed to one decimal; 0: no cell is OKish);
 * ``FAIL``: otherwise.
 
 ``results/{dataset}_reproduction.tsv`` holds the cells; :func:`summary` the line per row and source
@@ -19,14 +19,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 from miracl_eval.atomic import write_text_atomic
+from miracl_eval.errors import ConfigError
+from miracl_eval.evaluation import comparability, published
+from miracl_eval.evaluation.metrics import MEAN
+from miracl_eval.evaluation.published import SideBySideRow
 from miracl_eval.tsv import format_tsv, read_tsv
 from miracl_eval.types import PathLike
-
-if TYPE_CHECKING:  # the Snakefile imports this module: no evaluation engine at parse time
-    from miracl_eval.evaluation.published import SideBySideRow
 
 #: the OKish tolerance of each measure (0-1 scale) when the config gives none: 2CR's
 DEFAULT_TOLERANCE: Mapping[str, float] = {"nDCG@10": 0.0005, "R@100": 0.0005}
@@ -63,6 +64,26 @@ def tolerance(measure: str, source: str, settings: Mapping[str, object] | None =
         if measure in table:
             return float(table[measure])
     raise KeyError(f"no tolerance for measure {measure!r}")
+
+
+def check_settings(settings: Mapping[str, object], known: Iterable[str] | None = None) -> None:
+    """Every source id of ``reproduction.sources`` must be a shipped source's (``known``: every source id of
+    :func:`miracl_eval.evaluation.published.load_published`): a mistyped one would set nothing. ConfigError
+    names ``reproduction.sources.<id>`` and lists the known ids."""
+    per_source = settings.get("sources") or {}
+    assert isinstance(per_source, Mapping)
+    if not per_source:
+        return
+    if known is None:
+        known = (r.source_id for r in published.load_published())
+    ids = sorted(set(known))
+    for source in per_source:
+        if source not in ids:
+            raise ConfigError(
+                f"reproduction.sources.{source}",
+                f"no published source has this id (the source_id column of miracl_eval/data/published): "
+                f"{', '.join(ids)}",
+            )
 
 
 def level(ours: float, printed: str, scale: int, tol: float) -> str:
@@ -106,8 +127,6 @@ def _points(value: float) -> str:
 def summary(rows: Sequence[Mapping[str, object]]) -> list[str]:
     """A line per row, source and measure: how many of its partitions (a published mean said apart) are
     OK, OKish and FAIL, and the cells that are not OK."""
-    from miracl_eval.evaluation.metrics import MEAN
-
     groups: dict[tuple[str, str, str], list[Mapping[str, object]]] = {}
     for r in rows:
         groups.setdefault((str(r["row"]), str(r["source"]), str(r["measure"])), []).append(r)
@@ -151,8 +170,6 @@ def reproduction_stage(
 ) -> list[str]:
     """Stage entry point: the verdicts of every comparable published number (``tables``: ir_measures
     name to our results table) to ``output``; returns the summary lines."""
-    from miracl_eval.evaluation import comparability, published
-
     checks = comparability.read_comparability(comparability_tsv)
     cells = published.published_rows(tables, dataset, split, run_config, comparability.comparable_partitions(checks))
     settings = run_config.get("reproduction")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TypeAlias, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -153,7 +153,7 @@ class SensitivityRow(TypedDict):
     ndcg10: float
 
 
-ComponentsSource: TypeAlias = Components | pa.Table | str | os.PathLike[str]
+type ComponentsSource = Components | pa.Table | str | os.PathLike[str]
 
 
 def _components(source: ComponentsSource) -> Components:

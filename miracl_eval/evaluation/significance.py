@@ -34,7 +34,7 @@ import os
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -89,7 +89,7 @@ class DifferenceRow(TypedDict):
     direction: str
 
 
-PerQuery: TypeAlias = str | os.PathLike[str] | pa.Table | Mapping[str, float]
+type PerQuery = str | os.PathLike[str] | pa.Table | Mapping[str, float]
 
 
 def per_query_values(source: PerQuery, measure: str) -> dict[str, float]:

@@ -10,10 +10,14 @@ Which method reads which list is :func:`miracl_eval.fusion.weighted.candidate_li
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from miracl_eval.fusion.weighted import CANDIDATE_LIST, candidates_per_query
 from miracl_eval.runs import read_run
 from miracl_eval.types import PathLike
 
@@ -62,3 +66,20 @@ def dense_candidates(run: pa.Table | PathLike, depth: int) -> pa.Table:
 def _first_positions(qids: pa.ChunkedArray | pa.Array) -> pa.Array:
     """For each row, the index of its qid among the qids in order of first appearance."""
     return pc.index_in(qids, value_set=pc.unique(qids))
+
+
+def candidates_per_job(name: str, wildcards: Mapping[str, str], config: Mapping[str, Any]) -> int:
+    """Candidate passages per query that a job of resource estimate ``name`` (``miracl_eval.jobs.requests``)
+    scores, fuses or reranks, from the validated ``config``: a candidate list's (a component scoring job's, a
+    fused run's: :func:`~miracl_eval.fusion.weighted.candidates_per_query`), a hybrid's (its systems' depth
+    each), a reranker's depth; none for any other job."""
+    if name in ("union_components", "rerank_components", "fuse"):
+        kind = CANDIDATE_LIST[wildcards["method"]] if name == "fuse" else name.split("_")[0]
+        depth = config["models"][wildcards["model"]]["rerank_depth"]
+        return candidates_per_query(kind, config["hits"], depth)
+    if name == "hybrid":
+        hybrid = config["hybrids"][wildcards["hybrid"]]
+        return len(hybrid["systems"]) * hybrid["depth"]
+    if name in ("reranker_scores", "reranked_run"):
+        return int(config["rerankers"][wildcards["reranker"]]["depth"])
+    return 0

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from miracl_eval.encoders.base import DENSE, SPARSE, Batch
+from miracl_eval.encoders.kinds import DENSE, SPARSE
+from miracl_eval.encoders.pipeline import Batch
 from miracl_eval.fusion.candidates import PAIRS
 from miracl_eval.fusion.scores import SparseLookup, VectorLookup, checked_scores, dense_dots, lookup_rows, sparse_dots
 

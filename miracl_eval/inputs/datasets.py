@@ -76,6 +76,20 @@ class Dataset:
     #: whether a passage's joined text (``contents``) is stripped of the whitespace around it, as MTEB's
     #: loader strips ``title + " " + text`` (``mteb/_create_dataloaders.py``)
     strip_passages: bool = False
+    #: other revisions (of this hub repository or of the one it replaced) known to hold the same data as
+    #: ``revision``: a number published at one of them is of the data a run at ``revision`` reads
+    same_data: tuple[str, ...] = ()
+
+    def same_revision_data(self, ours: object, theirs: str) -> bool:
+        """Whether a run at hub revision ``ours`` reads the data of a number computed at ``theirs``."""
+        if ours == theirs:
+            return True
+        known = {self.revision, *self.same_data} - {None}
+        return str(ours) in known and theirs in known
+
+    def revision_to_pin(self, theirs: str) -> str:
+        """The ``hub.revision`` whose download is the data of a number computed at ``theirs``."""
+        return self.revision if self.revision and theirs in self.same_data else theirs
 
     def corpus_of(self, partition: str) -> str:
         """The corpus that a partition's queries are searched against."""
@@ -139,6 +153,13 @@ MESSIRVE = Dataset(
 #: the hub revision of mteb/MIRACLRetrievalHardNegatives that MTEB pins (mteb 2.26,
 #: tasks/retrieval/multilingual/miracl_retrieval.py: MIRACLRetrievalHardNegatives and its .v2, the same data)
 MIRACL_HN_REVISION = "d7d94fa4b946cec4a27c84653aa0cf6b33f74a3c"
+#: the revision MTEB pinned before 2.0 (mteb 1.x, of the repository mteb/miracl-hard-negatives, read by a loader
+#: of its own that took bn, sw and yo whole from miracl/mmteb-miracl): most of MTEB's published results are of it.
+#: MTEB 2.0 re-uploaded what that loader read as mteb/MIRACLRetrievalHardNegatives, d7d94fa4 (mteb PR #3161:
+#: ``task.push_dataset_to_hub``, whose ``{lang}-corpus/-queries/-qrels`` layout d7d94fa4 has): the same data. The
+#: results repository agrees: deterministic systems scored at both revisions give the same values (see
+#: data/published/SOURCES.md, mteb_miracl_hn.tsv).
+MIRACL_HN_MTEB1_REVISION = "95c8db7d4a6e9c1d8a60601afd63d553ae20a2eb"
 
 MIRACL_HN = Dataset(
     name="miracl-hn",
@@ -160,6 +181,7 @@ MIRACL_HN = Dataset(
     query_instruction=WIKIPEDIA_QA_INSTRUCTION,
     revision=MIRACL_HN_REVISION,
     strip_passages=True,
+    same_data=(MIRACL_HN_MTEB1_REVISION,),
 )
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (MIRACL, MESSIRVE, MIRACL_HN)}

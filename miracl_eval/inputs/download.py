@@ -9,6 +9,7 @@ how to log in and accept the terms, and how to point the config at local files i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -16,9 +17,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from miracl_eval.atomic import atomic_output, write_text_atomic
-from miracl_eval.errors import DownloadError
+from miracl_eval.errors import DownloadError, InputError
 from miracl_eval.inputs import hub_card
 from miracl_eval.inputs.datasets import Dataset
+from miracl_eval.inputs.loading import iter_qrels, iter_topics
 
 OFFLINE_HINT = (
     "to run without the hub, set source.corpus, source.topics and source.qrels in the config "
@@ -40,6 +42,43 @@ def _fail(what: str, repo: str, err: BaseException) -> DownloadError:
         f"Could not download {what} from the Hugging Face hub dataset '{repo}' ({type(err).__name__}: "
         f"{reason[:200]}); {login_hint(repo)}; or, {OFFLINE_HINT}."
     )
+
+
+#: the record a download leaves beside what it downloaded (:func:`read_source`): the hub repository, the revision
+#: asked for, the commit the files came from (what MTEB calls a dataset's revision), the files; or the
+#: ir_datasets id. A dotfile: the readers of a corpus folder skip it
+SOURCE_RECORD = ".miracl-eval-source.json"
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def snapshot_commit(local: str | os.PathLike[str], revision: str) -> str | None:
+    """The commit a hub file was downloaded at: the snapshot folder huggingface_hub's cache keeps it in
+    (``.../snapshots/{commit}/{file}``), else ``revision`` when it is a commit; None when neither says."""
+    parts = Path(local).parts
+    for i in range(len(parts) - 1):
+        if parts[i] == "snapshots" and _COMMIT.match(parts[i + 1]):
+            return parts[i + 1]
+    return revision if _COMMIT.match(revision) else None
+
+
+def _write_source(folder: Path, repo: str, revision: str, commits: Iterable[str | None], files: list[str]) -> None:
+    """The download's :data:`SOURCE_RECORD` in ``folder``: one commit when every file came from the same."""
+    found = set(commits)
+    commit = next(iter(found)) if len(found) == 1 else None
+    record = {"repo": repo, "revision": revision, "commit": commit, "files": files}
+    if len(found) > 1:  # the revision moved during the download (a branch), or the cache could not tell
+        record["commits"] = sorted(str(c) for c in found)
+    write_text_atomic(folder / SOURCE_RECORD, json.dumps(record, indent=1) + "\n")
+
+
+def read_source(folder: str | os.PathLike[str]) -> dict[str, object] | None:
+    """What a download's :data:`SOURCE_RECORD` in ``folder`` says; None without one (local files, or a download
+    made before the record was written)."""
+    try:
+        record = json.loads((Path(folder) / SOURCE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _hub_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
@@ -110,15 +149,19 @@ def download_corpus(
     revision: str = "main",
     cache_dir: str | None = None,
 ) -> list[Path]:
-    """Download every file of a corpus into ``output_dir`` (created atomically)."""
+    """Download every file of a corpus into ``output_dir`` (created atomically), with the download's
+    :data:`SOURCE_RECORD` (the commit the files came from)."""
     names = corpus_files(dataset, corpus, revision, cache_dir)
     out: list[Path] = []
+    commits = []
     with atomic_output(output_dir, directory=True) as tmp:
         for i, name in enumerate(names):
             local = _fetch(dataset.hub.corpus_repo, name, revision, cache_dir)
+            commits.append(snapshot_commit(local, revision))
             target = tmp / f"{i:04d}-{Path(name).name}"
             shutil.copyfile(local, target)
             out.append(Path(output_dir) / target.name)
+        _write_source(Path(tmp), dataset.hub.corpus_repo, revision, commits, names)
     return out
 
 
@@ -192,7 +235,8 @@ def download_topics_qrels(
     cache_dir: str | None = None,
     version: str | None = None,
 ) -> None:
-    """Download one partition's topics and qrels files of one release (default: the dataset's fixed one)."""
+    """Download one partition's topics and qrels files of one release (default: the dataset's fixed one), with the
+    download's :data:`SOURCE_RECORD` beside the topics."""
     hub = dataset.hub
     if hub.configs is not None:
         _download_parquet_topics_qrels(dataset, partition, split, topics_out, qrels_out, revision, cache_dir)
@@ -200,11 +244,15 @@ def download_topics_qrels(
     release = version or dataset.version
     if release is None:
         raise DownloadError(f"{dataset.name}: no release of the topics and qrels was chosen ({VERSION_SETTING})")
+    names, commits = [], []
     for template, out in ((hub.topics_file, topics_out), (hub.qrels_file, qrels_out)):
         name = template.format(part=partition, split=split, version=release)
         local = _fetch(hub.topics_repo, name, revision, cache_dir)
+        names.append(name)
+        commits.append(snapshot_commit(local, revision))
         with atomic_output(out) as tmp:
             shutil.copyfile(local, tmp)
+    _write_source(Path(topics_out).parent, hub.topics_repo, revision, commits, names)
 
 
 def _download_parquet_topics_qrels(
@@ -218,44 +266,38 @@ def _download_parquet_topics_qrels(
 ) -> None:
     """An MTEB dataset's queries (``id`` or ``_id``, ``text``) and qrels (``query-id``, ``corpus-id``,
     ``score``), Parquet shards of its ``{part}-queries`` and ``{part}-qrels`` configs (:func:`config_files`),
-    written as the topics TSV and TREC qrels every dataset's preprocessing reads."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    written as the topics TSV and TREC qrels every dataset's preprocessing reads. Every shard is checked as
+    a local MTEB file is (:func:`miracl_eval.inputs.loading.iter_topics`, ``iter_qrels``: InputError names
+    the shard and the record), the shards together too (an id in two), before either file is written."""
     hub = dataset.hub
     assert hub.configs is not None
     configs = [template.format(part=partition) for template in (hub.configs.queries, hub.configs.qrels)]
     found = config_files(hub.topics_repo, configs, split, revision, cache_dir, f"the {partition} queries and qrels")
-    tables = {}
-    for kind, named in zip(("queries", "qrels"), found, strict=True):
-        parts = []
-        for name in named:
-            local = _fetch(hub.topics_repo, name, revision, cache_dir)
-            try:
-                parts.append(pq.read_table(local))
-            except Exception as err:  # noqa: BLE001 - a truncated or foreign file: said as the download's
-                raise _fail(f"'{name}'", hub.topics_repo, err) from err
-        tables[kind] = (named[0], pa.concat_tables(parts, promote_options="default"))
-    name, queries = tables["queries"]
-    key = "id" if "id" in queries.column_names else "_id"
-    if key not in queries.column_names or "text" not in queries.column_names:
-        raise DownloadError(
-            f"{hub.topics_repo}/{name}: queries need columns id (or _id) and text, not {queries.column_names}"
-        )
-    lines = []
-    for row, (qid, text) in enumerate(
-        zip(queries.column(key).to_pylist(), queries.column("text").to_pylist(), strict=True)
-    ):
-        if any(c in f"{qid}{text}" for c in "\t\n\r"):
-            raise DownloadError(f"{hub.topics_repo}/{name}, row {row + 1}: query {qid!r} holds a tab or a line break")
-        lines.append(f"{qid}\t{text}\n")
+    (query_files, qrels_files) = ([_fetch(hub.topics_repo, n, revision, cache_dir) for n in named] for named in found)
+    commits = [snapshot_commit(local, revision) for local in [*query_files, *qrels_files]]
+    lines: list[str] = []
+    seen: dict[str, str] = {}
+    for local in query_files:
+        for n, qid, text in iter_topics(local):
+            if any(c in text for c in "\t\n\r"):
+                raise InputError(
+                    local, f"record {n}: query {qid!r} holds a tab or a line break (the topics file's separators)"
+                )
+            if qid in seen:
+                raise InputError(local, f"record {n}: query id {qid} repeats {seen[qid]}")
+            seen[qid] = f"{local}, record {n}"
+            lines.append(f"{qid}\t{text}\n")
+    judged: list[str] = []
+    pairs: dict[tuple[str, str], str] = {}
+    for local in qrels_files:
+        for n, qid, docid, relevance in iter_qrels(local):
+            if (qid, docid) in pairs:
+                raise InputError(local, f"record {n}: ({qid}, {docid}) is judged twice (first in {pairs[qid, docid]})")
+            pairs[qid, docid] = f"{local}, record {n}"
+            judged.append(f"{qid}\tQ0\t{docid}\t{relevance}\n")
     write_text_atomic(topics_out, "".join(lines))
-    name, qrels = tables["qrels"]
-    need = ("query-id", "corpus-id", "score")
-    if not set(need) <= set(qrels.column_names):
-        raise DownloadError(f"{hub.topics_repo}/{name}: qrels need columns {', '.join(need)}, not {qrels.column_names}")
-    cols = [qrels.column(c).to_pylist() for c in need]
-    write_text_atomic(qrels_out, "".join(f"{q}\tQ0\t{d}\t{int(r)}\n" for q, d, r in zip(*cols, strict=True)))
+    write_text_atomic(qrels_out, "".join(judged))
+    _write_source(Path(topics_out).parent, hub.topics_repo, revision, commits, [n for named in found for n in named])
 
 
 # --------------------------------------------------------------------------- ir_datasets
@@ -330,6 +372,8 @@ def topics_qrels_stage(
 ) -> str | None:
     """Stage entry point: a partition's topics and qrels from the hub (of ``version``) or ir_datasets."""
     if topics_from == "ir_datasets":
-        return ir_datasets_topics_qrels(dataset, partition, split, topics_out, qrels_out)
+        name = ir_datasets_topics_qrels(dataset, partition, split, topics_out, qrels_out)
+        write_text_atomic(Path(topics_out).parent / SOURCE_RECORD, json.dumps({"ir_datasets": name}) + "\n")
+        return name
     download_topics_qrels(dataset, partition, split, topics_out, qrels_out, revision, cache_dir, version)
     return None

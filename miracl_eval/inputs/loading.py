@@ -1,4 +1,5 @@
-"""Loaders of the raw inputs: corpus JSONL (plain or gzipped) or Parquet, topics TSV, TREC qrels.
+"""Loaders of the raw inputs: corpus JSONL (plain or gzipped) or Parquet, topics TSV, TREC qrels (or MTEB's
+queries and qrels Parquet files).
 
 Every loader validates as it reads and raises :class:`InputError` naming the file and line
 (or record) of the first bad input. Loaders stream: nothing holds a whole corpus in memory.
@@ -134,38 +135,173 @@ def iter_corpus(path: str | os.PathLike[str]) -> Iterator[tuple[int, Passage]]:
         yield lineno, passage
 
 
-#: a Parquet corpus's passage id column, the first of these it has
+#: a Parquet corpus's passage id columns: ``docid`` (MIRACL's, MessIRve's), or ``id`` / ``_id`` (MTEB's
+#: corpora, BEIR's); a file with several must give each passage one id in all of them
 ID_COLUMNS = ("docid", "id", "_id")
+#: an MTEB queries file's query id columns (``_id`` on the hub, ``id`` in MTEB's own format)
+QUERY_ID_COLUMNS = ("_id", "id")
+#: an MTEB qrels file's columns
+QRELS_COLUMNS = ("query-id", "corpus-id", "score")
 
 
-def _iter_corpus_parquet(path: Path) -> Iterator[tuple[int, Passage]]:
+def position(path: str | os.PathLike[str], n: int) -> str:
+    """Where the ``n``-th item of an input file is: ``line n``, or ``record n`` in a Parquet file."""
+    return f"{'record' if Path(path).suffix == '.parquet' else 'line'} {n}"
+
+
+def error_at(path: str | os.PathLike[str], message: str, n: int) -> InputError:
+    """An InputError at the ``n``-th item of ``path`` (:func:`position`)."""
+    if Path(path).suffix == ".parquet":
+        return InputError(path, f"{position(path, n)}: {message}")
+    return InputError(path, message, n)
+
+
+def _kind(dtype: object) -> str:
+    """``string``, ``integer``, ``float`` or ``null`` for a Parquet column's Arrow type, else the type."""
+    import pyarrow as pa
+
+    assert isinstance(dtype, pa.DataType)
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype):
+        return "string"
+    for kind in ("integer", "floating", "null"):
+        if getattr(pa.types, f"is_{kind}")(dtype):
+            return {"floating": "float"}.get(kind, kind)
+    return str(dtype)
+
+
+def _parquet(path: Path, columns: dict[str, tuple[str, ...]], what: str) -> pq.ParquetFile:
+    """``path`` opened, with each of ``columns`` it has of one of its kinds (:func:`_kind`); InputError names the
+    file and the column."""
     try:
         pfile = pq.ParquetFile(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types
         raise InputError(path, f"cannot read Parquet file ({err})") from err
-    names = pfile.schema_arrow.names
-    # the passage id: docid (MIRACL's, MessIRve's), or id / _id (MTEB's corpora, BEIR's)
-    key = next((c for c in ID_COLUMNS if c in names), None)
-    if key is None:
+    schema = pfile.schema_arrow
+    for name, kinds in columns.items():
+        if name in schema.names:
+            kind = _kind(schema.field(name).type)
+            if kind not in kinds:
+                raise InputError(
+                    path,
+                    f"{what} column '{name}' holds {kind} values, not {' or '.join(k for k in kinds if k != 'null')}",
+                )
+    return pfile
+
+
+def _records(pfile: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
+    """``(record number, record)`` of ``columns``, from 1."""
+    n = 0
+    for batch in pfile.iter_batches(batch_size=8192, columns=columns):
+        try:
+            records = batch.to_pylist()
+        except UnicodeDecodeError as err:
+            raise InputError(path, f"not valid UTF-8 after record {n} ({err.reason})") from err
+        for rec in records:
+            n += 1
+            yield n, rec
+
+
+def _one_id(rec: dict[str, object], keys: list[str], path: Path, n: int) -> object:
+    """The record's id from its id columns (``keys``), which must agree; a null one is said."""
+    values = [rec[k] for k in keys]
+    for key, value in zip(keys, values, strict=True):
+        if value is None:
+            raise InputError(path, f"record {n}: '{key}' is null")
+    if len({_id(v) for v in values}) > 1:
+        given = ", ".join(f"'{k}' {v!r}" for k, v in zip(keys, values, strict=True))
+        raise InputError(path, f"record {n}: its id columns disagree ({given}); keep one of them")
+    return values[0]
+
+
+def _iter_corpus_parquet(path: Path) -> Iterator[tuple[int, Passage]]:
+    names = _parquet(path, {}, "corpus").schema_arrow.names
+    keys = [c for c in ID_COLUMNS if c in names]
+    if not keys:
         raise InputError(path, "Parquet corpus has no 'docid' column (nor MTEB's 'id' or '_id')")
     if "text" not in names:
         raise InputError(path, "Parquet corpus has no 'text' column")
-    cols = [c for c in (key, "title", "text") if c in names]
-    n = 0
-    for batch in pfile.iter_batches(batch_size=8192, columns=cols):
-        for rec in batch.to_pylist():
-            n += 1
-            if key != "docid":
-                rec["docid"] = rec.pop(key)
-            yield n, _passage(rec, path, f"record {n} ", None)
+    texts = ("string", "null")
+    pfile = _parquet(path, {**dict.fromkeys(keys, ("string", "integer")), "title": texts, "text": texts}, "corpus")
+    for n, rec in _records(pfile, path, [*keys, *(c for c in ("title", "text") if c in names)]):
+        docid = _one_id(rec, keys, path, n)
+        passage = {"docid": docid, "title": rec.get("title"), "text": rec["text"]}
+        yield n, _passage(passage, path, f"record {n} ", None)
+
+
+def _iter_topics_parquet(path: Path) -> Iterator[tuple[int, str, str]]:
+    """MTEB's queries: ``_id`` (or ``id``) and ``text``."""
+    names = _parquet(path, {}, "queries").schema_arrow.names
+    keys = [c for c in QUERY_ID_COLUMNS if c in names]
+    if not keys or "text" not in names:
+        raise InputError(path, f"MTEB queries need columns _id (or id) and text, not {', '.join(names)}")
+    pfile = _parquet(path, {**dict.fromkeys(keys, ("string", "integer")), "text": ("string", "null")}, "queries")
+    seen: dict[str, int] = {}
+    for n, rec in _records(pfile, path, [*keys, "text"]):
+        qid = _id(_one_id(rec, keys, path, n)) or ""
+        problem = id_problem(qid)
+        if problem:
+            raise InputError(path, f"record {n}: query id {qid!r} {problem}")
+        text = rec["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(path, f"record {n}: query {qid} is {'null' if text is None else 'empty'}")
+        if qid in seen:
+            raise InputError(path, f"record {n}: query id {qid} repeats record {seen[qid]}")
+        seen[qid] = n
+        yield n, qid, text.strip()
+
+
+def _relevance(value: object) -> int | None:
+    """An MTEB qrels score as an integer (``1``, ``1.0``, ``"1"``), or None when it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _iter_qrels_parquet(path: Path) -> Iterator[tuple[int, str, str, int]]:
+    """MTEB's qrels: ``query-id``, ``corpus-id`` and an integer ``score``."""
+    names = _parquet(path, {}, "qrels").schema_arrow.names
+    if not set(QRELS_COLUMNS) <= set(names):
+        raise InputError(path, f"MTEB qrels need columns {', '.join(QRELS_COLUMNS)}, not {', '.join(names)}")
+    ids = ("string", "integer")
+    kinds = {"query-id": ids, "corpus-id": ids, "score": ("integer", "float", "string", "null")}
+    pfile = _parquet(path, kinds, "qrels")
+    seen: dict[tuple[str, str], int] = {}
+    for n, rec in _records(pfile, path, list(QRELS_COLUMNS)):
+        qid, docid = (_id(_one_id(rec, [c], path, n)) or "" for c in ("query-id", "corpus-id"))
+        for what, value in (("query id", qid), ("docid", docid)):
+            problem = id_problem(value)
+            if problem:
+                raise InputError(path, f"record {n}: {what} {value!r} {problem}")
+        relevance = _relevance(rec["score"])
+        if relevance is None:
+            raise InputError(path, f"record {n}: score {rec['score']!r} of ({qid}, {docid}) is not an integer")
+        if (qid, docid) in seen:
+            raise InputError(path, f"record {n}: ({qid}, {docid}) is judged twice (first in record {seen[qid, docid]})")
+        seen[qid, docid] = n
+        yield n, qid, docid, relevance
 
 
 def iter_topics(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str]]:
     """Yield ``(line, qid, query)`` from a ``qid<TAB>query`` file; blank lines are skipped.
 
-    A first line that is a header (such as ``qid<TAB>query``) is skipped with a warning.
+    A first line that is a header (such as ``qid<TAB>query``) is skipped with a warning. A ``.parquet``
+    file holds MTEB's queries (``_id`` or ``id``, ``text``): its record numbers stand for the lines.
     """
     path = Path(path)
+    if path.suffix == ".parquet":
+        yield from _iter_topics_parquet(path)
+        return
     seen: dict[str, int] = {}
     for lineno, line in iter_lines(path):
         if not line.strip():
@@ -192,8 +328,12 @@ def iter_topics(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str]]:
 
 
 def iter_qrels(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, str, int]]:
-    """Yield ``(line, qid, docid, relevance)`` from a TREC qrels file (``qid Q0 docid rel``)."""
+    """Yield ``(line, qid, docid, relevance)`` from a TREC qrels file (``qid Q0 docid rel``), or from an
+    MTEB qrels ``.parquet`` file (``query-id``, ``corpus-id``, an integer ``score``; record numbers for lines)."""
     path = Path(path)
+    if path.suffix == ".parquet":
+        yield from _iter_qrels_parquet(path)
+        return
     seen: dict[tuple[str, str], int] = {}
     for lineno, line in iter_lines(path):
         if not line.strip():

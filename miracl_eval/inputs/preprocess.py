@@ -18,7 +18,7 @@ import numpy as np
 
 from miracl_eval import schemas
 from miracl_eval.errors import InputError
-from miracl_eval.inputs.loading import iter_corpus, iter_qrels, iter_topics
+from miracl_eval.inputs.loading import error_at, iter_corpus, iter_qrels, iter_topics, position
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,13 @@ def _duplicates(paths: Sequence[Path], suspects: set[int], policy: str) -> set[t
                 first[passage.docid] = (path, lineno, passage.title, passage.text)
                 continue
             fpath, fline, title, text = first[passage.docid]
-            where = f"line {fline}" if fpath == path else f"{fpath}, line {fline}"
+            where = position(fpath, fline) if fpath == path else f"{fpath}, {position(fpath, fline)}"
             if (passage.title, passage.text) == (title, text):
-                identical.append(f"{passage.docid} ({path}, line {lineno}; first at {where})")
+                identical.append(f"{passage.docid} ({path}, {position(path, lineno)}; first at {where})")
             elif policy == "first":
-                differing.append(f"{passage.docid} ({path}, line {lineno}; first at {where})")
+                differing.append(f"{passage.docid} ({path}, {position(path, lineno)}; first at {where})")
             else:
-                raise InputError(
+                raise error_at(
                     path,
                     f"duplicate docid {passage.docid} with another passage (first seen at {where}); "
                     "corpus.duplicates: first keeps the first",

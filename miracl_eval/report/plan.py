@@ -95,12 +95,12 @@ def report_pages(
     stage costs (which summarise the jobs of all of them): a function of the rows alone (significance
     needs a pair, sensitivity a fused row)."""
     pages = [(key, ext) for key in measure_keys for ext in ("html", "svg")]
-    pages += [("published", "tsv"), ("published", "html"), ("comparability", "tsv")]
+    pages += [("published", "tsv"), ("published", "html"), ("comparability", "tsv"), ("context", "tsv")]
     if comparison_pairs(labels, hybrids):
         pages += [(name, ext) for name in ("significance", "top_differences") for ext in ("tsv", "html")]
     if swept_rows(labels):
         pages += [("sensitivity", "tsv"), ("sensitivity", "svg")]
-    pages += [("settings", "tsv"), ("settings", "html")]
+    pages += [("settings", "tsv"), ("settings", "html"), ("forecast", "tsv"), ("forecast", "html")]
     return pages
 
 

@@ -6,10 +6,13 @@ partitions on the x axis, one bar per method, the mean last.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from miracl_eval.atomic import write_text_atomic
 from miracl_eval.config.systems import IN_DOMAIN, TRAINING_MARKS, UNKNOWN_TRAINING, ZERO_SHOT
+from miracl_eval.evaluation import context as published_context
 from miracl_eval.evaluation import metrics, published
 from miracl_eval.evaluation.reproduction import read_reproduction, summary
 from miracl_eval.report.charts import bar_chart
@@ -58,6 +61,50 @@ def results_html(
     return html_page(title, table, note)
 
 
+@dataclass
+class _ContextLine:
+    """One published system of the context table: its values by partition, revisions, data and verdict rows."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    revisions: set[str] = field(default_factory=set)
+    data: set[str] = field(default_factory=set)
+    verdicts: set[str] = field(default_factory=set)
+
+
+def context_html(rows: Sequence[Mapping[str, str]], columns: Sequence[str], measure: str, dataset: str) -> str:
+    """The published rows of the same task (:mod:`miracl_eval.evaluation.context`) in the results table's columns,
+    one line per source and system, marked as context: its values, the dataset revision, whether this run reads
+    that data, and the rows (if any) that got a verdict on it."""
+    label = measure_label(measure)
+    lines: dict[tuple[str, str], _ContextLine] = {}
+    for r in rows:
+        if r["measure"] == measure:
+            line = lines.setdefault((r["source_id"], r["system"]), _ContextLine())
+            line.values[r["partition"]] = float(r["value"])
+            line.revisions.add(r["dataset_revision"])
+            line.data.add(r["our_data"])
+            line.verdicts.update(v for v in r["verdict_rows"].split(", ") if v != "-")
+    heading = f"<h2>Published {html.escape(label)} of the same task: context, not a verdict</h2>"
+    if not lines:
+        return heading + "<p>No published number of this task covers this run's partitions.</p>"
+    body = [
+        [system, source, *(fmt(v.values[c]) if c in v.values else "" for c in columns), "; ".join(sorted(v.revisions)),
+         "; ".join(sorted(v.data)), ", ".join(sorted(v.verdicts)) or "-"]
+        for (source, system), v in lines.items()
+    ]  # fmt: skip
+    header = ["published system", "source", *columns, "dataset revision", "this run's data", "verdict for"]
+    last = len(header)
+    table = html_table(header, body, text_columns=(0, 1, last - 3, last - 2, last - 1))
+    explain = (
+        "<p>Every published number of this dataset, split and measure for this run's partitions, whatever the system "
+        f"(results/{html.escape(dataset)}_context.tsv): where a new row stands. Not a verdict: a verdict (the "
+        "reproduction note above) needs the same checkpoint and settings on the same data; 'verdict for' names the "
+        "rows that got one. 'this run's data' says whether this run reads the data the number was computed on, and "
+        "if not why (a sample's sizes, another dataset revision).</p>"
+    )
+    return heading + explain + table
+
+
 def results_views_stage(
     table: PathLike,
     measure: str,
@@ -67,8 +114,10 @@ def results_views_stage(
     chart_out: PathLike,
     training: Mapping[str, Mapping[str, str]] | None = None,
     reproduction: PathLike | None = None,
+    context: PathLike | None = None,
 ) -> dict[str, int]:
-    """Stage entry point: a results table as HTML and as a bar chart."""
+    """Stage entry point: a results table as HTML (with the published rows of the same task below it, as
+    context: ``context``, :mod:`miracl_eval.evaluation.context`) and as a bar chart."""
     label = measure_label(measure)
     columns, values = read_results(table)
     title = f"{label} — {dataset} {split}"
@@ -88,6 +137,10 @@ def results_views_stage(
         rows = [r for r in read_reproduction(reproduction) if r["measure"] == measure]
         lines = summary(rows) if rows else ["no published number of this measure is comparable with this run"]
         note += " Reproduction (results/" + f"{dataset}_reproduction.tsv): " + "; ".join(lines) + "."
-    write_text_atomic(html_out, results_html(columns, values, title, note, training))
+    page = results_html(columns, values, title, note, training)
+    if context is not None:
+        section = context_html(published_context.read_context(context), columns, measure, dataset)
+        page = page.replace("</body>", section + "\n</body>", 1)
+    write_text_atomic(html_out, page)
     bar_chart(values, columns, chart_out, title, label)
     return {"methods": len(values), "columns": len(columns)}

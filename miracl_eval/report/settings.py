@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
+from miracl_eval.encoders.checkpoints import FETCH_RECORD, fetched_commit
 from miracl_eval.report.html import html_page, html_table
 from miracl_eval.tsv import format_tsv
 from miracl_eval.types import PathLike
@@ -51,6 +52,21 @@ def settings_rows(
     return rows
 
 
+def with_commits(
+    settings: Mapping[str, Mapping[str, object]], fetched: Mapping[str, PathLike]
+) -> dict[str, dict[str, object]]:
+    """The settings with the commit each fetched hub model or reranker holds (its folder's fetch record):
+    ``fetched`` maps ``models.{name}.commit`` / ``rerankers.{name}.commit`` to the folder, the row joins its
+    section (``model {name}``, ``reranker {name}``)."""
+    out = {section: dict(items) for section, items in settings.items()}
+    for key, folder in fetched.items():
+        kind, name = key.split(".")[:2]
+        section = f"{kind.removesuffix('s')} {name}"
+        commit = fetched_commit(folder) or f"unknown ({folder} has no {FETCH_RECORD} naming it)"
+        out.setdefault(section, {})[key] = commit
+    return out
+
+
 def settings_html(rows: Sequence[Mapping[str, str]], title: str) -> str:
     table = html_table(
         ["section", "setting", "value"],
@@ -69,12 +85,14 @@ def settings_stage(
     html_out: PathLike,
     dataset: str = "",
     version: str | None = None,
+    fetched: Mapping[str, PathLike] | None = None,
 ) -> dict[str, int]:
     """Stage entry point: the settings as TSV (:data:`SETTINGS_COLUMNS`) and HTML; ``version``, the
     release of the topics and qrels the run used (:func:`miracl_eval.inputs.download.read_version`), is
-    added to the ``data`` section."""
+    added to the ``data`` section, and the commit of each fetched hub checkpoint (``fetched``,
+    :func:`with_commits`) to its model's or reranker's."""
     release = version or "unknown (local files; declare it with hub.messirve_version)"
-    settings = {**settings, "data": {**settings.get("data", {}), "version": release}}
+    settings = with_commits({**settings, "data": {**settings.get("data", {}), "version": release}}, fetched or {})
     rows = settings_rows(settings, dict(zip(corpus_names, corpora, strict=True)), shard_size)
     write_text_atomic(tsv_out, format_tsv(SETTINGS_COLUMNS, rows))
     write_text_atomic(html_out, settings_html(rows, f"Run settings — {dataset}" if dataset else "Run settings"))

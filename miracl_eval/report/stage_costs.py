@@ -168,25 +168,22 @@ def stage_costs(
     ]
 
 
-def api_spend(logs_dir: PathLike, models: Sequence[str]) -> list[dict[str, Any]]:
-    """Per API model, what its encoding jobs' logs say they sent and spent (the latest run of each job,
-    :func:`miracl_eval.encoders.openai.logged_usage`): ``{"model", "jobs", "inputs", "cut", "requests",
-    "tokens", "usd"}``."""
-    from miracl_eval.encoders.openai import logged_usage
+def api_spend(ledgers: Mapping[str, PathLike]) -> list[dict[str, Any]]:
+    """Per API model (``ledgers``: model → its ledger folder), what its encoding jobs' requests spent, every
+    run and every job, failed ones too (:mod:`miracl_eval.encoders.api_ledger`): ``{"model", "jobs", "runs",
+    "requests", "failed", "retries", "inputs", "tokens", "charged", "unended", "usd", "unreadable"}``
+    (``charged``: tokens of tries whose answer was lost; ``unended``: requests out when their job was killed,
+    charged at their counted tokens)."""
+    from miracl_eval.encoders.api_ledger import read_ledger
 
     out: list[dict[str, Any]] = []
-    for model in models:
-        counts = {"jobs": 0, "inputs": 0, "cut": 0, "requests": 0, "tokens": 0}
-        usd = 0.0
-        for log_file in sorted(Path(logs_dir).glob(f"encode_*api*/{model}/**/*.log")):
-            usage = logged_usage(log_file.read_text(encoding="utf-8", errors="replace"))
-            if usage is not None:
-                *values, dollars = usage
-                counts["jobs"] += 1
-                for key, value in zip(("inputs", "cut", "requests", "tokens"), values, strict=True):
-                    counts[key] += value
-                usd += dollars
-        out.append({"model": model, **counts, "usd": usd})
+    for model, folder in ledgers.items():
+        t = read_ledger(folder)
+        if t.unreadable:
+            log.warning("%s: %d ledger line(s) could not be read (not counted)", folder, t.unreadable)
+        out.append({"model": model, "jobs": len(t.jobs), "runs": len(t.runs), "requests": t.requests,
+                    "failed": t.failed, "retries": t.retries, "inputs": t.inputs, "tokens": t.tokens,
+                    "charged": t.charged, "unended": t.unended, "usd": t.usd, "unreadable": t.unreadable})  # fmt: skip
     return out
 
 
@@ -219,15 +216,34 @@ def stage_costs_html(rows: Sequence[StageCostRow], title: str, spend: Sequence[M
     header = ["rule", "jobs", "total s", "max s", "max RSS MB"]
     body = html_table(header, table, row_classes=classes)
     if spend:
-        api_header = ["API model", "jobs", "inputs", "cut", "requests", "tokens", "US dollars"]
+        api_header = ["API model", "jobs", "runs", "requests", "not answered", "retries", "inputs", "tokens",
+                      "tokens charged, answer lost", "requests cut off", "US dollars"]  # fmt: skip
         api_rows: list[list[object]] = [
-            [r["model"], r["jobs"], r["inputs"], r["cut"], r["requests"], f"{r['tokens']:,}", f"{r['usd']:.4f}"]
+            [
+                r["model"],
+                r["jobs"],
+                r["runs"],
+                r["requests"],
+                r["failed"],
+                r["retries"],
+                r["inputs"],
+                f"{r['tokens']:,}",
+                f"{r['charged']:,}",
+                r["unended"],
+                f"{r['usd']:.4f}",
+            ]  # fmt: skip
             for r in spend
         ]
         body += "<h2>Embeddings APIs: tokens and dollars</h2>" + html_table(api_header, api_rows)
         note += (
-            " The API models' tokens are the API's own count, their dollars tokens x the model's "
-            "price_per_million_tokens, both from their encoding jobs' logs (each job's latest run)."
+            " The API models' rows sum their ledgers (resources/{dataset}/encoded/{model}/ledger/): a line per "
+            "request of every run of every encoding job, failed ones too; tokens are the API's own count, dollars "
+            "tokens x the model's price_per_million_tokens; 'not answered' counts requests refused, failed or "
+            "answered wrongly, 'retries' the tries sent again (429s, 5xx, timeouts). A try whose answer was lost (a "
+            "timeout, a dropped connection, a body cut short) may have been billed: its counted tokens are charged; "
+            "'requests cut off' were out when their job was killed (a time limit, a lost node), each charged at its "
+            "counted tokens. So the dollars are never less than what was billed (with tokens counted by the model's "
+            "tokenizer; characters / 4 without one can be less)."
         )
     return html_page(title, body, note)
 
@@ -242,14 +258,13 @@ def stage_costs_stage(
     root: PathLike = ".",
     dataset: str = "",
     logs: Mapping[str, str] | None = None,
-    api_models: Sequence[str] = (),
-    logs_dir: PathLike = "logs",
+    ledgers: Mapping[str, PathLike] | None = None,
 ) -> dict[str, int]:
     """Stage entry point: every benchmark file under ``stats_dir``, summarised per rule; and what the API
-    models (``api_models``) spent, from their jobs' logs under ``logs_dir``."""
+    models spent, from their ledgers (``ledgers``: model → folder)."""
     files = sorted(Path(stats_dir).rglob("*.tsv")) if Path(stats_dir).is_dir() else []
     rows = stage_costs(files, patterns, allowed, skip_rules, root, logs)
-    spend = api_spend(logs_dir, api_models) if api_models else []
+    spend = api_spend(ledgers) if ledgers else []
     write_text_atomic(tsv_out, format_tsv(STAGE_COSTS_COLUMNS, rows))
     title = f"Stage costs — {dataset}" if dataset else "Stage costs"
     write_text_atomic(html_out, stage_costs_html(rows, title, spend))

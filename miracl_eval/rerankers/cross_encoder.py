@@ -58,7 +58,7 @@ class CrossEncoderReranker:
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> CrossEncoderReranker:
     """Load the cross-encoder of a resolved ``spec``; an :class:`InputError` when the checkpoint has no
     one-label classification head."""
-    path = resolve_model_dir(spec["checkpoint"])
+    path = resolve_model_dir(spec["checkpoint"], spec.get("revision"))
     check_classifier(path)
     ckpt = load_checkpoint(path, "AutoModelForSequenceClassification", device, dtype)
     return CrossEncoderReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

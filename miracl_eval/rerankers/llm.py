@@ -85,7 +85,7 @@ class LlmReranker:
 
 def load(spec: Mapping[str, Any], device: str = "auto", dtype: str = "auto") -> LlmReranker:
     """Load the decoder of a resolved ``spec`` (a causal language model with its head)."""
-    path = resolve_model_dir(spec["checkpoint"])
+    path = resolve_model_dir(spec["checkpoint"], spec.get("revision"))
     check_causal_lm(path)
     ckpt = load_checkpoint(path, "AutoModelForCausalLM", device, dtype)
     return LlmReranker(ckpt.model, ckpt.tokenizer, ckpt.device, spec)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from miracl_eval.encoders.checkpoints import pinned_revision
+from miracl_eval.encoders.registry import REVISION_SETTING
 from miracl_eval.errors import ConfigError
 from miracl_eval.inputs.preprocess import check_template
 from miracl_eval.rerankers.heads import check_causal_lm, check_classifier
@@ -75,6 +77,7 @@ COMMON_SETTINGS: Mapping[str, Any] = {
         "default": None,
         "description": "the datasets whose training split the reranker was trained on; [] = none; null = unknown",
     },
+    **REVISION_SETTING,
 }
 
 #: settings that change no stored score: which hits a row keeps, throughput, what is known of the training
@@ -182,5 +185,8 @@ FAMILIES: Mapping[str, RerankerFamily] = {
 
 
 def scoring_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What a reranker's stored scores depend on: its spec without :data:`ROW_SETTINGS`."""
-    return {k: v for k, v in spec.items() if k not in ROW_SETTINGS}
+    """What a reranker's stored scores depend on: its spec without :data:`ROW_SETTINGS` (and without the
+    ``revision`` unless pinned, so that the scores of a reranker fetched before it was a setting stay theirs)."""
+    return {
+        k: v for k, v in spec.items() if k not in ROW_SETTINGS and not (k == "revision" and pinned_revision(v) is None)
+    }

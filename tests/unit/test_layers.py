@@ -1,4 +1,5 @@
-"""The library's layering: imports point down the pipeline or into shared infrastructure."""
+"""The library's layering: imports point down the pipeline or into shared infrastructure, and no module
+imports itself back through others (no import cycle, however the import is hidden)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from miracl_eval.manual.layout import INFRASTRUCTURE, LAYERS
+
 LIBRARY = Path(__file__).resolve().parents[2] / "miracl_eval"
-#: shared infrastructure: the top-level modules, importable from anywhere
-INFRASTRUCTURE = {"errors", "atomic", "tsv", "ids", "schemas", "shards", "runs", "types"}
-#: each subpackage's layer; a module may import its own subpackage, infrastructure, or a lower layer
-LAYERS = {
-    "jobs": 1,
-    "inputs": 2,
-    "encoders": 3,
-    "rerankers": 4,  # models like the encoders, below the config that validates their settings
-    "config": 5,
-    "offline": 5,
-    "lucene": 6,
-    "faiss": 6,
-    "fusion": 7,
-    "evaluation": 8,
-    "report": 9,
-}
 
 
 def _home(module: str) -> str:
@@ -69,6 +56,87 @@ def violations(library: Path = LIBRARY) -> list[str]:
                 side = "across" if LAYERS[target] == LAYERS[home] else "up"
                 problems.append(f"{where}: {home} imports {side} to {module}")
     return problems
+
+
+def _module_name(library: Path, path: Path) -> str:
+    """``miracl_eval/fusion/scores.py`` -> ``miracl_eval.fusion.scores``; a package's ``__init__`` -> the package."""
+    parts = [library.name, *path.relative_to(library).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(library: Path = LIBRARY) -> dict[str, set[str]]:
+    """Every library module's imports of other library modules: every import statement wherever it is
+    (at the top, in a function, under ``TYPE_CHECKING``), since an import moved into a function hides a
+    cycle without removing it. ``from miracl_eval.x import y`` names the module ``miracl_eval.x.y`` when
+    there is one, else ``miracl_eval.x``."""
+    paths = {_module_name(library, p): p for p in sorted(library.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == library.name:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in paths else node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in paths}
+        graph[module] = {m for m in found if m in paths and m != module}
+    return graph
+
+
+def import_cycles(library: Path = LIBRARY) -> list[list[str]]:
+    """Each import cycle among the library's modules, as the path around it (``a -> b -> a``), once."""
+    graph = import_graph(library)
+    cycles: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycle = path[path.index(target) :]
+                if frozenset(cycle) not in seen:
+                    seen.add(frozenset(cycle))
+                    cycles.append([*cycle, target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycles():
+    assert [" -> ".join(c) for c in import_cycles()] == []
+
+
+def test_the_cycle_check_finds_cycles_hidden_in_functions_and_type_checking(tmp_path: Path):
+    lib = tmp_path / "miracl_eval"
+    for name, body in {
+        "a/__init__.py": "",
+        "a/one.py": "from miracl_eval.a.two import f\n",
+        "a/two.py": "def f():\n    from miracl_eval.a.one import g\n",  # a cycle through a function-level import
+        "b/__init__.py": "",
+        "b/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from miracl_eval.b import y\n",
+        "b/y.py": "import miracl_eval.b.x\n",  # a cycle through a TYPE_CHECKING import, by module name
+        "c/__init__.py": "",
+        "c/p.py": "from miracl_eval.c.q import h\n",
+        "c/q.py": "from miracl_eval import errors\n",  # no cycle
+        "errors.py": "",
+    }.items():
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_text(body)
+    found = {" -> ".join(c) for c in import_cycles(lib)}
+    assert found == {
+        "miracl_eval.a.one -> miracl_eval.a.two -> miracl_eval.a.one",
+        "miracl_eval.b.x -> miracl_eval.b.y -> miracl_eval.b.x",
+    }, found
 
 
 def test_every_subpackage_has_a_layer():

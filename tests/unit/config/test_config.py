@@ -38,9 +38,9 @@ def test_shipped_configs_are_valid() -> None:
             "has no method 'sparse' (it has: me5-large/dense)",
         ),
         (
-            {"languages": ["sw"], "models": {"m": {"family": "dense", "checkpoint": "x", "pooling": "max"}}},
+            {"languages": ["sw"], "models": {"m": {"family": "dense", "checkpoint": "x", "pooling": "median"}}},
             "models.m.pooling",
-            "is not one of ['cls', 'mean', 'last', None]",
+            "is not one of ['cls', 'mean', 'last', 'lasttoken', 'max', 'mean_sqrt_len_tokens', 'weightedmean', None]",
         ),
         (
             {"languages": ["sw"], "models": {"m": {"family": "sparse", "checkpoint": "x"}}},
@@ -76,6 +76,19 @@ def test_shipped_configs_are_valid() -> None:
             {"languages": ["sw"], "models": {"bm25": {"family": "dense", "checkpoint": "x"}}},
             "models.bm25",
             "not 'bm25'",
+        ),
+        (
+            {
+                "languages": ["sw"],
+                "models": {"m": {"checkpoint": "resources/models/tiny-bge-m3", "revision": "v2", "family": "bge-m3"}},
+            },
+            "models.m.revision",
+            "the checkpoint 'resources/models/tiny-bge-m3' is a local folder",
+        ),
+        (
+            {"languages": ["sw"], "models": {"openai-3-small": {"revision": "v2"}}},
+            "models.openai-3-small.revision",
+            "is not a known setting",  # an API's model: no hub revision
         ),
     ],
 )
@@ -169,3 +182,32 @@ def test_the_old_auto_messirve_release_says_what_to_write() -> None:
         validate({"dataset": "messirve", "languages": ["ar"], "hub": {"messirve_version": "auto"}})
     assert validate({"dataset": "messirve", "languages": ["ar"]})["hub"]["messirve_version"] == "v1.0"
     assert validate({"dataset": "messirve", "languages": ["ar"], "hub": {"messirve_version": "latest"}})
+
+
+def test_whole_numbers_written_as_floats_are_integers() -> None:
+    """JSON schema counts 128.0 as an integer; it is converted, so that it can slice and count (YAML's 1000.0,
+    --config's '1e3'); 2.5 stays an error naming the key."""
+    cfg = validate({"languages": ["sw"], "hits": 1000.0, "threads": "2.0", "encoder": {"batch_size": "1e2"}})
+    assert (cfg["hits"], cfg["threads"], cfg["encoder"]["batch_size"]) == (1000, 2, 100)
+    assert type(cfg["hits"]) is int
+    with pytest.raises(ConfigError, match=r"'hits': 2\.5 is not of type 'integer'"):
+        validate({"languages": ["sw"], "hits": 2.5})
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        ({"bm25": {"k1": float("nan")}}, "bm25.k1", "nan is not a finite number"),
+        ({"bm25": {"k1": "nan"}}, "bm25.k1", "nan is not a finite number"),
+        ({"models": {"oa": {"family": "openai", "model": "m", "timeout": "inf"}}}, "models.oa.timeout", "inf is not"),
+        ({"title_join": "{title}\ud800{text}"}, "title_join", "unpaired surrogate \\ud800"),
+        ({"source": {"corpus": "c\udc00.jsonl", "topics": "t", "qrels": "q"}}, "source.corpus", "unpaired surrogate"),
+        ({"methods": ["bm25", "m\ud83d/dense"]}, "methods.1", "unpaired surrogate \\ud83d"),
+    ],
+)
+def test_strings_utf8_cannot_hold_and_numbers_that_are_not_finite_name_their_key(
+    change: dict, key: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate({"languages": ["sw"], **change})
+    assert err.value.key == key and words in err.value.reason

@@ -71,6 +71,21 @@ def test_effective_config_file_reproduces_the_config(tmp_path: Path) -> None:
     assert validate(yaml.safe_load(text)) == _merged()
 
 
+def test_effective_config_records_the_commit_of_each_fetched_checkpoint(tmp_path: Path) -> None:
+    fetched = tmp_path / "BAAI--bge-m3"
+    fetched.mkdir()
+    (fetched / "miracl-eval-fetch.json").write_text(
+        '{"repo_id": "BAAI/bge-m3", "revision": "main", "commit": "' + "5" * 40 + '"}'
+    )
+    out = tmp_path / "config.yaml"
+    write_effective_config(_merged(), out, {"models.bge-m3.commit": str(fetched),
+                                            "rerankers.ce.commit": str(tmp_path / "copied-by-hand")})  # fmt: skip
+    text = out.read_text(encoding="utf-8")
+    assert f"# models.bge-m3.commit: {'5' * 40}  (BAAI/bge-m3 at revision main, {fetched})" in text.splitlines()
+    assert f"# rerankers.ce.commit: unknown ({tmp_path / 'copied-by-hand'} has no miracl-eval-fetch.json" in text
+    assert validate(yaml.safe_load(text)) == _merged()  # comments: the file still runs as a config
+
+
 def test_snakemake_sources_in_merge_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Snakemake lists the --configfile files first and appends the workflow's default file once read."""
     monkeypatch.chdir(tmp_path)

@@ -26,7 +26,7 @@ def test_the_issue_example_resolves_presets_and_own_rerankers() -> None:
     m3 = cfg["rerankers"]["bge-reranker-v2-m3"]
     assert m3 == {"family": "cross-encoder", "checkpoint": "BAAI/bge-reranker-v2-m3", "max_length": 1024,
                   "query_max_length": None, "depth": 100, "batch_size": 64, "title_join": "{title} {text}",
-                  "trained_on": None, "sigmoid": False}  # fmt: skip
+                  "trained_on": None, "revision": None, "sigmoid": False}  # fmt: skip
     assert cfg["rerankers"]["my-ce"]["depth"] == 100 and cfg["rerankers"]["my-ce"]["max_length"] == 512
     rows = {s.label: s for s in systems(cfg)}
     reranked = rows["bge-m3/dense>>bge-reranker-v2-m3"]
@@ -72,6 +72,17 @@ def test_what_the_scores_depend_on_leaves_out_depth_batch_size_and_training() ->
     assert scoring_settings(spec) != scoring_settings({**spec, "max_length": 256})
 
 
+def test_a_pinned_revision_is_part_of_what_the_scores_depend_on() -> None:
+    """A reranker's own revision changes its scores' params; the default (left out or main) adds nothing to
+    them, so that the scores of a reranker fetched before revisions were a setting are not computed again."""
+    spec = _validate(["bm25"], {"r": {"family": "cross-encoder", "checkpoint": "org/ce", "revision": "v2"}})[
+        "rerankers"
+    ]["r"]
+    assert spec["revision"] == "v2" and scoring_settings(spec)["revision"] == "v2"
+    for default in (None, "main"):
+        assert "revision" not in scoring_settings({**spec, "revision": default})
+
+
 @pytest.mark.parametrize(
     ("methods", "rerankers", "key", "message"),
     [
@@ -88,6 +99,10 @@ def test_what_the_scores_depend_on_leaves_out_depth_batch_size_and_training() ->
         (["bm25>>x"], {"x": {"family": "llm"}}, "rerankers.x.checkpoint", "is required"),
         (["bm25>>x"], {"x": {**CE, "prompt": "p"}}, "rerankers.x.prompt", "is not a known setting"),
         (["bm25>>a/b"], {"a/b": CE}, "rerankers.a/b", "a reranker name is letters"),
+        (["bm25>>x"], {"x": {**CE, "revision": "v2"}}, "rerankers.x.revision",
+         "names a revision of a Hugging Face hub model, and the checkpoint '/models/my-ce' is a local folder"),
+        (["bm25>>x"], {"x": {**CE, "checkpoint": "org/ce", "revision": "../x"}}, "rerankers.x.revision",
+         "does not match"),
     ],
 )  # fmt: skip
 def test_bad_rerankers_and_rows_name_the_key(methods, rerankers, key, message) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from miracl_eval.config.validate import validate
+from miracl_eval.errors import ConfigError
 from miracl_eval.evaluation import reproduction
 from miracl_eval.evaluation.published import SideBySideRow
 
@@ -64,3 +66,44 @@ def test_verdicts_at_the_boundary_and_the_summary(tmp_path: Path) -> None:
 
     os.utime(newer, (out.stat().st_mtime + 10, out.stat().st_mtime + 10))
     assert reproduction.run_notice(out, [newer], "miracl") == []  # a stale table says nothing
+
+
+def test_a_tolerance_of_zero_leaves_ok_or_fail() -> None:
+    """``reproduction.tolerance: 0`` (a number: both measures): no cell is OKish; what rounds to the published
+    value is still OK."""
+    settings = validate({"languages": ["sw"], "reproduction": {"tolerance": "0"}})["reproduction"]
+    assert settings["tolerance"] == {"nDCG@10": 0.0, "R@100": 0.0}
+    rows = reproduction.verdicts([cell("sw", 0.44806, "0.4481"), cell("fi", 0.44816, "0.4481")], settings)
+    assert [r["verdict"] for r in rows] == ["OK", "FAIL"]
+    assert "OKish within 0 points" in reproduction.summary(rows)[0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "message"),
+    [
+        ({"tolerance": -0.001}, "reproduction.tolerance", "less than the minimum of 0"),
+        ({"tolerance": {"nDCG@10": "-0.001"}}, "reproduction.tolerance.nDCG@10", "less than the minimum of 0"),
+        ({"tolerance": "half a point"}, "reproduction.tolerance", "is not of type 'object', 'number'"),
+        ({"tolerance": {"nDCG@10": "nan"}}, "reproduction.tolerance.nDCG@10", "nan is not a finite number"),
+        ({"tolerance": float("inf")}, "reproduction.tolerance", "inf is not a finite number"),
+        ({"tolerance": {"nDCG@10": 0.5}}, "reproduction.tolerance.nDCG@10", "0.5 is 50 points: a tolerance is on"),
+        ({"tolerance": {"MRR@10": 0.001}}, "reproduction.tolerance.MRR@10", "not one of the names allowed here: nDCG"),
+        ({"sources": {"pyserini-1.6.0-2cr": {"ndcg@10": 0.001}}}, "reproduction.sources.pyserini-1.6.0-2cr.ndcg@10",
+         "not one of the names"),
+        ({"sources": {"pyserini-1.6.0-2cr": 2}}, "reproduction.sources.pyserini-1.6.0-2cr", "2 is 200 points"),
+    ],
+)  # fmt: skip
+def test_bad_tolerances_name_their_key(settings: dict, key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate({"languages": ["sw"], "reproduction": settings})
+    assert err.value.key == key and message in err.value.reason
+
+
+def test_a_source_id_that_no_published_source_has_is_an_error() -> None:
+    settings = validate({"languages": ["sw"], "reproduction": {"sources": {"pyserini-1.6.0-2cr": 0.005}}})
+    assert settings["reproduction"]["sources"] == {"pyserini-1.6.0-2cr": {"nDCG@10": 0.005, "R@100": 0.005}}
+    reproduction.check_settings(settings["reproduction"])  # a shipped source's id
+    with pytest.raises(ConfigError) as err:
+        reproduction.check_settings({"sources": {"pyserini-2cr": {"nDCG@10": 0.005}}})
+    assert err.value.key == "reproduction.sources.pyserini-2cr"
+    assert "no published source has this id" in err.value.reason and "pyserini-1.6.0-2cr" in err.value.reason

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import itertools
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -195,17 +194,6 @@ def test_top_differences() -> None:
     assert [(r["qid"], r["direction"]) for r in rows] == [("q1", "win"), ("q4", "win"), ("q2", "loss")]
     assert rows[0]["diff"] == pytest.approx(0.9) and rows[2]["diff"] == pytest.approx(-0.6)
     assert rows[0]["value_a"] == 1.0 and rows[0]["value_b"] == 0.1
-
-
-def test_speed_10k_permutations_thousands_of_queries() -> None:
-    rng = np.random.default_rng(1)
-    a = rng.random(3000)
-    b = np.clip(a + rng.normal(-0.01, 0.1, 3000), 0, 1)
-    start = time.process_time()  # CPU time: robust to other jobs on a shared machine
-    significance.compare(a, b, "ar")  # 10,000 permutations + 10,000 bootstrap samples
-    elapsed = time.process_time() - start
-    # about 0.4 s of CPU for 3,000 queries; a generous bound for slow CI machines
-    assert elapsed < 2.0, elapsed
 
 
 @pytest.mark.parametrize(

@@ -437,3 +437,22 @@ def test_end_to_end_from_runs(stored, tmp_path: Path) -> None:
     assert pairs_of(run) == pairs_of(expected)
     np.testing.assert_allclose(run.column("score").to_numpy(), expected.column("score").to_numpy(), rtol=1e-12)
     assert ("q0", "q0") in pairs_of(run)
+
+
+def test_a_jobs_candidates_per_query_follow_its_list_hybrid_or_reranker() -> None:
+    from miracl_eval.fusion.candidates import candidates_per_job
+
+    config = {
+        "hits": 1000,
+        "models": {"m3": {"rerank_depth": 100}},
+        "hybrids": {"h": {"systems": ["bm25", "m3/dense", "m3/sparse"], "depth": 1000}},
+        "rerankers": {"ce": {"depth": 50}},
+    }
+    assert candidates_per_job("union_components", {"model": "m3", "part": "sw", "chunk": "0000"}, config) == 2000
+    assert candidates_per_job("rerank_components", {"model": "m3", "part": "sw", "chunk": "0000"}, config) == 100
+    assert candidates_per_job("fuse", {"model": "m3", "part": "sw", "method": "dense+sparse"}, config) == 2000
+    assert candidates_per_job("fuse", {"model": "m3", "part": "sw", "method": "all"}, config) == 100
+    assert candidates_per_job("hybrid", {"hybrid": "h", "part": "sw"}, config) == 3000
+    for name in ("reranker_scores", "reranked_run"):
+        assert candidates_per_job(name, {"reranker": "ce", "first": "bm25", "part": "sw"}, config) == 50
+    assert candidates_per_job("bm25_search", {"part": "sw"}, config) == 0

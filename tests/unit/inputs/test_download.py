@@ -193,3 +193,56 @@ def test_topics_and_qrels_from_ir_datasets_cache_checked_by_its_md5(
     assert not (out / "q2.tsv").exists()
     with pytest.raises(DownloadError, match="ir_datasets has no messirve topics"):
         download.ir_datasets_topics_qrels(MESSIRVE, "ar", "test", out / "t3.tsv", out / "q3.tsv")
+
+
+def _hub_cache(monkeypatch: pytest.MonkeyPatch, files: dict[str, str], tmp_path: Path, commits: list[str]) -> None:
+    """A hub whose files are served from huggingface_hub's own cache layout (its functions place them:
+    ``{cache}/datasets--{org}--{name}/snapshots/{commit}/{file}``), each download at the next of ``commits``."""
+    from huggingface_hub import file_download
+
+    class FakeApi:
+        def list_repo_files(self, repo: str, repo_type: str, revision: str) -> list[str]:
+            return list(files)
+
+    served = iter(commits)
+
+    def fake_download(repo: str, filename: str, revision: str, cache_dir: str | None) -> str:
+        storage = tmp_path / "cache" / file_download.repo_folder_name(repo_id=repo, repo_type="dataset")
+        path = Path(file_download._get_pointer_path(str(storage), next(served), filename))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[filename])
+        return str(path)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(download, "_hub_download", fake_download)
+
+
+def test_a_download_records_the_commit_its_files_came_from(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What MTEB calls a dataset's revision: the commit the hub served the files from, recorded beside them (the
+    corpus folder's readers skip the record); files of two commits (a branch moved mid-download) record none."""
+    from miracl_eval.inputs.preprocess import corpus_inputs
+
+    commit, other = "a" * 40, "b" * 40
+    files = {"miracl-corpus-v1.0-sw/docs-0.jsonl.gz": "0", "miracl-corpus-v1.0-sw/docs-1.jsonl.gz": "1"}
+    _hub_cache(monkeypatch, files, tmp_path, [commit, commit])
+    download.download_corpus(MIRACL, "sw", tmp_path / "sw")
+    assert download.read_source(tmp_path / "sw") == {
+        "repo": "miracl/miracl-corpus", "revision": "main", "commit": commit, "files": sorted(files),
+    }  # fmt: skip
+    assert [p.name for p in corpus_inputs(tmp_path / "sw")] == ["0000-docs-0.jsonl.gz", "0001-docs-1.jsonl.gz"]
+    topics = {
+        "miracl-v1.0-sw/topics/topics.miracl-v1.0-sw-dev.tsv": "1\tq\n",
+        "miracl-v1.0-sw/qrels/qrels.miracl-v1.0-sw-dev.tsv": "1 Q0 d 1\n",
+    }
+    _hub_cache(monkeypatch, topics, tmp_path, [commit, other])
+    out = tmp_path / "topics" / "sw"
+    download.topics_qrels_stage(MIRACL, "sw", "dev", out / "topics.tsv", out / "qrels.tsv")
+    record = download.read_source(out)
+    assert record is not None and record["repo"] == "miracl/miracl" and record["commit"] is None
+    assert record["commits"] == [commit, other]
+    assert download.read_source(tmp_path) is None  # no download here: nothing known
+    # a revision that is a commit names it, whatever the cache's layout
+    assert download.snapshot_commit(tmp_path / "elsewhere" / "file.tsv", commit) == commit
+    assert download.snapshot_commit(tmp_path / "elsewhere" / "file.tsv", "main") is None

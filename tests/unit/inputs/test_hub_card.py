@@ -45,7 +45,9 @@ def test_patterns_match_as_datasets_resolves_them(pattern: str, tmp_path: Path) 
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     try:
-        theirs = sorted(Path(p).relative_to(tmp_path).as_posix() for p in data_files.resolve_pattern(pattern, str(tmp_path)))
+        theirs = sorted(
+            Path(p).relative_to(tmp_path).as_posix() for p in data_files.resolve_pattern(pattern, str(tmp_path))
+        )
     except FileNotFoundError:
         theirs = []
     assert hub_card.matching([pattern], TREE) == theirs

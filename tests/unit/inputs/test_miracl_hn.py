@@ -6,6 +6,7 @@ descriptive statistics) and its rows' training."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pytest
 
 from miracl_eval.config.systems import training
 from miracl_eval.config.validate import validate
-from miracl_eval.errors import DownloadError
+from miracl_eval.errors import DownloadError, InputError
 from miracl_eval.evaluation.comparability import references
 from miracl_eval.evaluation.mteb_results import TASKS
 from miracl_eval.inputs import download
@@ -89,7 +90,7 @@ def test_the_record_is_mtebs_task() -> None:
         meta = mteb.get_task(name).metadata
         assert meta.dataset == {"path": REPO, "revision": MIRACL_HN_REVISION}  # both versions: the same data
         assert meta.eval_splits == [MIRACL_HN.default_split] and set(meta.eval_langs) == set(MIRACL_LANGUAGES)
-    assert TASKS["miracl-hn"] == ("MIRACLRetrievalHardNegatives", MIRACL_HN_REVISION)
+    assert TASKS["miracl-hn"] == ("MIRACLRetrievalHardNegatives", REPO, MIRACL_HN_REVISION)
     v2 = mteb.get_task("MIRACLRetrievalHardNegatives.v2").metadata.prompt
     assert v2 == {"query": MIRACL_HN.query_instruction}
     cfg = validate({"dataset": "miracl-hn", "languages": ["sw"]})
@@ -207,7 +208,9 @@ def test_a_card_without_the_config_or_the_split_says_which(hub: Path, tmp_path: 
         download.download_corpus(MIRACL_HN, "yo", tmp_path / "yo", revision=MIRACL_HN_REVISION)
     assert not (tmp_path / "yo").exists()
     text = card(["sw"]).replace("path: sw-qrels/dev-*", "path: sw-qrels/dev-*\n  - split: test\n    path: x/*")
-    (hub / "README.md").write_text(text.replace("- split: dev\n    path: sw-qrels", "- split: train\n    path: sw-qrels"))
+    (hub / "README.md").write_text(
+        text.replace("- split: dev\n    path: sw-qrels", "- split: train\n    path: sw-qrels")
+    )
     with pytest.raises(DownloadError, match=r"config 'sw-qrels' has no split 'dev' \(train, test\)"):
         download.download_topics_qrels(
             MIRACL_HN, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv", MIRACL_HN_REVISION
@@ -221,7 +224,49 @@ def test_a_query_that_would_break_the_topics_file_names_the_shard_and_row(hub: P
     texts = table.column("text").to_pylist()
     texts[2] = "a\ttab"
     pq.write_table(table.set_column(1, "text", pa.array(texts)), shard)
-    with pytest.raises(DownloadError, match=r"sw-queries/dev-00000-of-00001\.parquet, row 3: query .* a tab"):
+    with pytest.raises(InputError, match=r"sw-queries/dev-00000-of-00001\.parquet: record 3: query .* a tab"):
+        download.download_topics_qrels(
+            MIRACL_HN, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv", MIRACL_HN_REVISION
+        )
+    assert not (tmp_path / "t.tsv").exists()
+
+
+@pytest.mark.parametrize(
+    ("shard", "column", "values", "message"),
+    [
+        ("sw-qrels/dev-00000-of-00001.parquet", "score", lambda v: [float(x) + 0.5 for x in v], r"record 1: score 1\.5 of "),
+        ("sw-qrels/dev-00000-of-00001.parquet", "score", lambda v: [None, *v[1:]], r"record 1: score None of "),
+        ("sw-qrels/dev-00000-of-00001.parquet", "score", lambda v: ["yes", *map(str, v[1:])], r"record 1: score 'yes'"),
+        ("sw-qrels/dev-00000-of-00001.parquet", "corpus-id", lambda v: [[x] for x in v], r"column 'corpus-id' holds list"),
+        ("sw-queries/dev-00000-of-00001.parquet", "text", lambda v: [None, *v[1:]], r"record 1: query \S+ is null"),
+        ("sw-queries/dev-00000-of-00001.parquet", "_id", lambda v: [float(i) for i, _ in enumerate(v)], r"column '_id' holds float"),
+    ],
+    ids=["fractional-score", "null-score", "word-score", "list-docids", "null-query", "float-qids"],
+)  # fmt: skip
+def test_mtebs_files_of_the_wrong_types_name_the_shard_and_record(
+    hub: Path, tmp_path: Path, shard: str, column: str, values, message: str
+) -> None:
+    """Read as a local MTEB file is; neither the topics nor the qrels file is written (a qrels error used to come
+    after the topics file was; a null score was a traceback, 0.5 became 0, a null query the text 'None')."""
+    table = pq.read_table(hub / shard)
+    pq.write_table(
+        table.set_column(table.column_names.index(column), column, pa.array(values(table.column(column).to_pylist()))),
+        hub / shard,
+    )
+    with pytest.raises(InputError, match=rf"{re.escape(shard)}: .*{message}"):
+        download.download_topics_qrels(
+            MIRACL_HN, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv", MIRACL_HN_REVISION
+        )
+    assert not (tmp_path / "t.tsv").exists() and not (tmp_path / "q.tsv").exists()
+
+
+def test_a_query_in_two_shards_names_both(hub: Path, tmp_path: Path) -> None:
+    first = hub / "sw-queries/dev-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(first).slice(0, 2), hub / "sw-queries/dev-00001-of-00001.parquet")
+    with pytest.raises(
+        InputError,
+        match=r"dev-00001-of-00001\.parquet: record 1: query id \S+ repeats .*dev-00000-of-00001\.parquet, record 1",
+    ):
         download.download_topics_qrels(
             MIRACL_HN, "sw", "dev", tmp_path / "t.tsv", tmp_path / "q.tsv", MIRACL_HN_REVISION
         )
@@ -289,13 +334,15 @@ def test_a_model_trained_on_miracl_is_in_domain_for_its_hard_negatives() -> None
     }
 
 
-def test_published_mteb_rows_are_met_only_at_their_dataset_revision() -> None:
+def test_published_mteb_rows_are_met_at_the_revisions_that_hold_their_data() -> None:
+    """MTEB's results at 95c8db7d (mteb 1.x's pin) and at d7d94fa4 (its re-upload, MTEB 2's pin) are of the same
+    data: a run at the default pin meets both; a run at another revision meets neither, and is told what to pin."""
     from miracl_eval.evaluation import published
+    from miracl_eval.inputs.datasets import MIRACL_HN_MTEB1_REVISION
 
     rows = published.load_published(["mteb_miracl_hn.tsv"])
     assert len(rows) == 410 and {r.source_id for r in rows} == {"mteb-results-hn", "mteb-results-hn-v2"}
-    assert all(dict(r.config)["hub.revision"] in (MIRACL_HN_REVISION, "95c8db7d4a6e9c1d8a60601afd63d553ae20a2eb")
-               for r in rows)  # fmt: skip
+    assert {dict(r.config)["hub.revision"] for r in rows} == {MIRACL_HN_REVISION, MIRACL_HN_MTEB1_REVISION}
     small = {
         r.partition for r in rows if r.model == "intfloat/multilingual-e5-small" and r.source_id == "mteb-results-hn"
     }
@@ -310,23 +357,72 @@ def test_published_mteb_rows_are_met_only_at_their_dataset_revision() -> None:
             str(r["system"]).split(" ")[0] for r in published.side_by_side(ours, "miracl-hn", "dev", "nDCG@10", cfg)
         }
 
-    assert met() == {"intfloat/multilingual-e5-small"}  # the pinned revision's values only
-    # e5-small's .v2 file is of that revision; e5-mistral is reference only
-    assert met(revision="95c8db7d4a6e9c1d8a60601afd63d553ae20a2eb") == {"BAAI/bge-m3", "intfloat/multilingual-e5-small"}
+    # BGE-M3's rows are of 95c8db7d, e5-small's of d7d94fa4 (its .v2 file of 95c8db7d); e5-mistral is reference only
+    both = {"BAAI/bge-m3", "intfloat/multilingual-e5-small"}
+    assert met() == met(revision=MIRACL_HN_MTEB1_REVISION) == both
+    assert met(revision="main") == set()
+    bge = next(r for r in rows if r.model == "BAAI/bge-m3" and r.source_id == "mteb-results-hn")
+    cfg = validate({"dataset": "miracl-hn", "languages": ["sw"], "models": {"bge-m3": {}}, "hub": {"revision": "main"},
+                    "methods": ["bge-m3/dense"]})  # fmt: skip
+    assert published.mismatch(bge, published.row_facts(cfg, "bge-m3/dense")) == (
+        f"computed at dataset revision {MIRACL_HN_MTEB1_REVISION}, this run reads main: set hub.revision: "
+        f"{MIRACL_HN_REVISION} to meet it"
+    )
 
 
-def test_the_mteb_files_name_the_task_and_its_revision(tmp_path: Path) -> None:
+def test_the_mteb_files_name_the_task_and_its_revision(hub: Path, tmp_path: Path) -> None:
+    """Downloaded from MTEB's repository at the revision its task pins (the download records it), a preset model's
+    row is MTEB's task at MTEB's revision, and can be submitted."""
     pytest.importorskip("mteb")
     from mteb.results import TaskResult
 
+    from miracl_eval.config.models import resolve_model
     from miracl_eval.evaluation import mteb_results
+    from miracl_eval.evaluation.mteb_origin import data_revision, mteb_registry
 
+    download.download_corpus(MIRACL_HN, "sw", tmp_path / "corpus", revision=MIRACL_HN_REVISION)
+    download.download_topics_qrels(MIRACL_HN, "sw", "dev", tmp_path / "t" / "t.tsv", tmp_path / "t" / "q.tsv",
+                                   MIRACL_HN_REVISION)  # fmt: skip
+    records = [download.read_source(tmp_path / "corpus"), download.read_source(tmp_path / "t")]
+    assert all(r is not None and (r["repo"], r["commit"]) == (REPO, MIRACL_HN_REVISION) for r in records)
+    data = data_revision(*TASKS["miracl-hn"][1:], records)
+    assert (data.revision, data.why_not) == (MIRACL_HN_REVISION, None)
     scores = {"ndcg_at_10": 0.5, "main_score": 0.5}
     path = tmp_path / "MIRACLRetrievalHardNegatives.json"
-    path.write_text(json.dumps(mteb_results.task_result("miracl-hn", "dev", {"sw": scores}, 1.0)))
+    path.write_text(json.dumps(mteb_results.task_result("miracl-hn", "dev", {"sw": scores}, 1.0, data.revision)))
     loaded = TaskResult.from_disk(path)
     assert (loaded.task_name, loaded.dataset_revision) == ("MIRACLRetrievalHardNegatives", MIRACL_HN_REVISION)
     assert loaded.scores["dev"][0]["languages"] == ["swa-Latn"]
-    row = {"kind": "model", "checkpoint": "BAAI/bge-m3", "method": "dense", "main": True, "api": False, "settings": {}}
-    where = mteb_results.placement("bge-m3/dense", row, "5617a9f61b028005a4858fdac845db406aefb181", "miracl-hn")
-    assert where.why_not is None and where.name == "BAAI/bge-m3"
+    spec = resolve_model("bge-m3", None)
+    row = {
+        "kind": "model",
+        "checkpoint": "BAAI/bge-m3",
+        "method": "dense",
+        "main": True,
+        "api": False,
+        "settings": spec,
+    }
+    joins = {"title_join": MIRACL_HN.title_join, "query_instruction": MIRACL_HN.query_instruction}
+    where = mteb_results.placement("bge-m3/dense", row, "5617a9f61b028005a4858fdac845db406aefb181", "miracl-hn",
+                                   registry=mteb_registry(), data=data, defaults=joins, reference=joins)  # fmt: skip
+    assert where.why_not is None and where.name == "BAAI/bge-m3" and where.experiment is None
+
+
+def test_deterministic_systems_score_the_same_at_both_revisions() -> None:
+    """The evidence shipped with the numbers that 95c8db7d and d7d94fa4 hold the same data: e5-small (no prompt in
+    either task) and MTEB's bm25s baseline scored at both give the same values, every one of them."""
+    from miracl_eval.evaluation import published
+    from miracl_eval.inputs.datasets import MIRACL_HN_MTEB1_REVISION, get_dataset
+
+    rows = published.load_published(["mteb_miracl_hn.tsv"])
+    by_revision: dict[tuple[str, str, str], dict[str, str]] = {}
+    for r in rows:
+        by_revision.setdefault((r.model, r.partition, r.measure), {})[dict(r.config)["hub.revision"]] = r.text
+    pairs = {k: v for k, v in by_revision.items() if len(v) == 2}
+    deterministic = {k: v for k, v in pairs.items() if k[0] in ("intfloat/multilingual-e5-small", "-")}
+    assert len(deterministic) == 12  # es, ru and th, both measures, two systems
+    assert all(len(set(v.values())) == 1 for v in deterministic.values()), deterministic
+    hn = get_dataset("miracl-hn")
+    assert hn.same_revision_data(MIRACL_HN_REVISION, MIRACL_HN_MTEB1_REVISION)
+    assert not hn.same_revision_data("main", MIRACL_HN_MTEB1_REVISION)
+    assert hn.revision_to_pin(MIRACL_HN_MTEB1_REVISION) == MIRACL_HN_REVISION

@@ -20,7 +20,7 @@ from miracl_eval.report import stage_costs
 from miracl_eval.report.html import html_table
 from miracl_eval.report.results import results_views_stage
 from miracl_eval.report.sensitivity import sensitivity_weights
-from miracl_eval.report.settings import format_setting, settings_rows
+from miracl_eval.report.settings import format_setting, settings_rows, with_commits
 from miracl_eval.report.significance import significance_stage
 from miracl_eval.report.top_differences import TOP_DIFFERENCES_COLUMNS, top_differences_stage
 
@@ -39,9 +39,9 @@ REPORT_FILES = [
     f"results/miracl_{name}"
     for name in (
         "ndcg.tsv", "ndcg.html", "ndcg.svg", "recall100.tsv", "recall100.html", "recall100.svg",
-        "published.tsv", "published.html", "comparability.tsv", "significance.tsv", "significance.html",
+        "published.tsv", "published.html", "comparability.tsv", "context.tsv", "significance.tsv", "significance.html",
         "top_differences.tsv", "top_differences.html", "sensitivity.tsv", "sensitivity.svg",
-        "settings.tsv", "settings.html", "stage_costs.tsv", "stage_costs.html",
+        "settings.tsv", "settings.html", "forecast.tsv", "forecast.html", "stage_costs.tsv", "stage_costs.html",
     )
 ]  # fmt: skip
 CHARTS = ["results/miracl_ndcg.svg", "results/miracl_recall100.svg", "results/miracl_sensitivity.svg"]
@@ -89,8 +89,8 @@ def test_report_inputs_and_settings_follow_the_configured_rows() -> None:
         f for f in REPORT_FILES if "stage_costs" not in f and not f.endswith(("ndcg.tsv", "recall100.tsv"))
     ]
     bm25 = [f"{p}.{e}" for p, e in report_plan.report_pages(["ndcg"], ["bm25"])]
-    assert bm25 == ["ndcg.html", "ndcg.svg", "published.tsv", "published.html", "comparability.tsv", "settings.tsv",
-                    "settings.html"]  # fmt: skip
+    assert bm25 == ["ndcg.html", "ndcg.svg", "published.tsv", "published.html", "comparability.tsv", "context.tsv",
+                    "settings.tsv", "settings.html", "forecast.tsv", "forecast.html"]  # fmt: skip
     from miracl_eval.config.validate import validate
 
     cfg = validate(
@@ -253,6 +253,21 @@ def test_settings_rows_count_passages_and_shards(tmp_path: Path) -> None:
     ]
     assert settings_rows({}, {"sw": corpus})[0]["value"] == "25 passages"
     assert format_setting({"dense": 1.0, "sparse": 0.3}) == "dense=1; sparse=0.3"
+
+
+def test_the_settings_page_shows_the_commit_of_each_fetched_checkpoint(tmp_path: Path) -> None:
+    from miracl_eval.config.validate import validate
+
+    cfg = validate({"languages": ["sw"], "models": {"bge-m3": {"revision": "v1.0"}}, "methods": ["bge-m3/dense"]})
+    settings = report_plan.run_settings(cfg, "miracl", True)
+    assert settings["model bge-m3"]["models.bge-m3.revision"] == "v1.0"  # as asked for
+    fetched = tmp_path / "BAAI--bge-m3@v1.0"
+    fetched.mkdir()
+    (fetched / "miracl-eval-fetch.json").write_text('{"revision": "v1.0", "commit": "' + "c" * 40 + '"}')
+    shown = with_commits(settings, {"models.bge-m3.commit": fetched, "rerankers.r.commit": tmp_path / "by-hand"})
+    assert shown["model bge-m3"]["models.bge-m3.commit"] == "c" * 40  # what it was computed with
+    assert shown["reranker r"]["rerankers.r.commit"].startswith("unknown (")
+    assert shown["data"] == settings["data"]
 
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
