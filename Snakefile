@@ -4,6 +4,7 @@ snakemake --cores 8 results/miracl_ndcg.tsv
 snakemake --cores 8 results/miracl_ndcg.tsv --configfile sample/miracl.yaml
 """
 
+import copy
 import os
 import sys
 
@@ -13,6 +14,9 @@ sys.path.insert(0, workflow.basedir)
 
 from miracl_eval.config.validate import validate
 from miracl_eval.config.provenance import log_config_origins
+from miracl_eval.evaluation.reproduction import (
+    check_settings as check_reproduction_settings,
+)
 
 
 configfile: "config.yaml"
@@ -21,11 +25,18 @@ configfile: "config.yaml"
 report: "report/workflow.rst"
 
 
+# the configuration as given (config files and --config), for the forecast's dry runs of the same run
+CONFIG_AS_GIVEN = copy.deepcopy(config)
 config = validate(config)
+check_reproduction_settings(config["reproduction"])
 log_config_origins(workflow, config)
 
 
-include: "rules/common.smk"
+include: "rules/common/run.smk"
+include: "rules/common/paths.smk"
+include: "rules/common/models.smk"
+include: "rules/common/inputs.smk"
+include: "rules/common/requests.smk"
 include: "rules/data.smk"
 include: "rules/preprocess.smk"
 include: "rules/bm25.smk"
@@ -39,11 +50,14 @@ include: "rules/hybrid.smk"
 include: "rules/rerankers.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
+include: "rules/forecast.smk"
 
 
 from miracl_eval.evaluation.comparability import run_notice
+from miracl_eval.evaluation.context import context_notice
 from miracl_eval.evaluation.reproduction import run_notice as reproduction_notice
 from miracl_eval.inputs.judged import judged_notice
+from miracl_eval.encoders.blocks import remember_earlier_devices
 from miracl_eval.report.plan import plain_report_problem
 
 ALL_TARGETS = [
@@ -56,6 +70,13 @@ _report_problem = plain_report_problem(
 )
 if _report_problem:
     sys.exit(_report_problem)
+
+
+onstart:
+    # before any job runs (Snakemake removes a block's manifest before it runs the block's job again): what
+    # the manifests of releases before the dtype was recorded say of the devices their shards were made on
+    for _folder in encoded_block_folders():
+        remember_earlier_devices(_folder)
 
 
 onsuccess:
@@ -88,6 +109,12 @@ onsuccess:
         print(line)
     for line in reproduction_notice(
         path("reproduction", dataset=DATASET.name),
+        expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
+        DATASET.name,
+    ):
+        print(line)
+    for line in context_notice(
+        path("context", dataset=DATASET.name),
         expand(path("table"), dataset=DATASET.name, measure=MEASURE_KEYS),
         DATASET.name,
     ):

@@ -1,6 +1,9 @@
 # Downloads from the Hugging Face hub; used only when the config has no local `source`. The release of
 # the topics and qrels (data_version) is resolved for every run: from the hub's file list, or as declared.
 
+# the release of the topics and qrels asked for: MIRACL's is fixed, MessIRve's a setting
+VERSION_SETTING = DATASET.version or config["hub"]["messirve_version"]
+
 
 rule download_corpus:
     output:

@@ -1,10 +1,12 @@
 # Dense retrieval for every model that stores dense vectors. Exact search (`dense_index.type: flat`,
 # the default: the paper's) runs in blocks of `dense_index.block_size` passages, one job per block
-# for every partition of its corpus (on the job's GPU when it holds one), each keeping every query's
-# top `hits` and all ties of the last; one merge per partition then ranks them as one flat index
-# would (miracl_eval/faiss/blocks.py). No job holds more than a block's vectors, and no index of the
-# whole corpus is written. The approximate indexes (hnsw, ivfpq) are built whole and searched with
-# Faiss, on a GPU only when GPU Faiss is installed.
+# for every partition of its corpus (on the job's GPU when it holds one, whatever the view's storage),
+# each keeping every query's top `hits` and all ties of the last; one merge per partition then ranks
+# them as one flat index would (miracl_eval/faiss/blocks.py). No job holds more than a block's vectors,
+# in its view's storage, and no index of the whole corpus is written. The approximate indexes (hnsw,
+# ivfpq) are built whole and searched with Faiss, on a GPU only when GPU Faiss is installed.
+
+from miracl_eval.encoders.registry import models_with
 
 if DENSE_INDEX["type"] == "flat":
 
@@ -18,7 +20,7 @@ if DENSE_INDEX["type"] == "flat":
         benchmark:
             benchmark_path("int8_ranges/{model}/{corpus}")
         wildcard_constraints:
-            model=_alternatives(models_with("dense")),
+            model=_alternatives(models_with(MODELS, "dense")),
         conda:
             "../envs/encode.yaml"
         threads: 1
@@ -48,13 +50,13 @@ if DENSE_INDEX["type"] == "flat":
         benchmark:
             benchmark_path("dense_block_search/{model}/{corpus}/{block}")
         wildcard_constraints:
-            model=_alternatives(models_with("dense")),
+            model=_alternatives(models_with(MODELS, "dense")),
         conda:
             "../envs/encode.yaml"
         threads: config["threads"]
         resources:
             **request("dense_block_search"),
-            gpu=search_gpu,
+            gpu=GPU,  # every storage is scored on the job's GPU (miracl_eval.faiss.storage)
         params:
             shards=block_shard_files,
             parts=lambda wc: corpus_parts(wc.corpus),
@@ -76,7 +78,7 @@ if DENSE_INDEX["type"] == "flat":
         benchmark:
             benchmark_path("dense_merge/{model}/{part}")
         wildcard_constraints:
-            model=_alternatives(models_with("dense")),
+            model=_alternatives(models_with(MODELS, "dense")),
         conda:
             "../envs/encode.yaml"
         threads: 1
@@ -102,7 +104,7 @@ else:
         benchmark:
             benchmark_path("dense_index/{model}/{corpus}")
         wildcard_constraints:
-            model=_alternatives(models_with("dense")),
+            model=_alternatives(models_with(MODELS, "dense")),
         conda:
             "../envs/encode.yaml"
         threads: config["threads"]
@@ -132,7 +134,7 @@ else:
         benchmark:
             benchmark_path("dense_search/{model}/{part}")
         wildcard_constraints:
-            model=_alternatives(models_with("dense")),
+            model=_alternatives(models_with(MODELS, "dense")),
         conda:
             "../envs/encode.yaml"
         threads: config["threads"]

@@ -8,7 +8,12 @@
 # from the config by the script: they change no result, so they re-run no job.
 # A model behind an HTTP API (family openai) gets rules of its own: CPU jobs (requests in flight, no
 # model here, no GPU asked for), each waiting on the model's cost plan, which fails before any request
-# when the plan costs more than the model's max_usd.
+# when the plan costs more than the model's max_usd. At most `api_jobs` of a model's jobs run at once (a
+# resource of the model's, API_RESOURCES), each paced to 1/api_jobs of its tokens_per_minute; each request
+# goes into the model's ledger, and max_usd is checked against it before each one (params api_run).
+
+from miracl_eval.encoders.api_plan import plan_settings
+from miracl_eval.encoders.registry import FAMILIES
 
 OUTPUT_SETS = sorted(
     {
@@ -47,9 +52,13 @@ for kinds, remote in OUTPUT_SETS:
             "../envs/encode.yaml"
         threads: 1 if remote else ENCODE_THREADS
         resources:
-            **request("encode_api" if remote else "encode_corpus"),
+            **request(
+                "encode_api" if remote else "encode_corpus", kinds, "encode_corpus"
+            ),
+            **(api_slots() if remote else {}),
             gpu=0 if remote else GPU,
         params:
+            **({"api_run": api_run} if remote else {}),
             spec=encoder_spec("passage"),
             shard_size=ENC["shard_size"],
             shard_files=lambda wc, kinds=kinds: {
@@ -80,9 +89,15 @@ for kinds, remote in OUTPUT_SETS:
             "../envs/encode.yaml"
         threads: 1 if remote else ENCODE_THREADS
         resources:
-            **request("encode_api" if remote else "encode_queries"),
+            **request(
+                "encode_api_queries" if remote else "encode_queries",
+                kinds,
+                "encode_queries",
+            ),
+            **(api_slots() if remote else {}),
             gpu=0 if remote else GPU,
         params:
+            **({"api_run": api_run} if remote else {}),
             spec=encoder_spec("query"),
             device=ENC["device"],
             dtype=ENC["dtype"],
@@ -111,7 +126,7 @@ if API_MODELS:
         resources:
             **request("api_cost_plan"),
         params:
-            spec=api_plan_spec,
+            spec=lambda wc: plan_settings(MODELS[wc.model]),
             corpora=CORPORA,
             parts=PARTS,
         script:

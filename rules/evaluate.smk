@@ -1,6 +1,9 @@
 # nDCG@10 and Recall@100 with trec_eval semantics, per query and as tables: one evaluation job per row
 # (every partition; a second of work each), one table job.
 
+from miracl_eval.evaluation.metrics import MEASURES
+from miracl_eval.evaluation.mteb_results import mteb_rows
+
 
 rule evaluate:
     input:
@@ -56,6 +59,39 @@ rule tables:
         engines=ENGINE_FACTS,
     script:
         "../scripts/tables.py"
+
+
+# Every published number of the same dataset, split and measures beside the run's rows, with the dataset
+# revision it was computed at and whether this run reads that data: context, never a verdict (the verdicts
+# are the tables' reproduction.tsv, only for rows of the same checkpoint and settings).
+rule context:
+    input:
+        **{key: path("table", measure=key) for key in MEASURE_KEYS},
+        comparability=PATHS["comparability"],
+    output:
+        report(
+            PATHS["context"],
+            caption="../report/context.rst",
+            category="Results vs published",
+        ),
+    log:
+        log_path("context"),
+    benchmark:
+        benchmark_path("context")
+    localrule: True
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measures={m.key: m.name for m in MEASURES},
+        dataset=DATASET.name,
+        split=config["split"],
+        partitions=PARTS,
+        run_config={**config, **ENGINE_FACTS},
+    script:
+        "../scripts/context.py"
 
 
 # Whether the run's data is the data of the published numbers (for the tables' end-of-run notice and
@@ -116,6 +152,13 @@ rule mteb_results:
             for m in METHODS
         },
         qrels=lambda wc: {p: path("qrels", dataset=wc.dataset, part=p) for p in PARTS},
-        rows=mteb_rows(),
+        rows=mteb_rows(
+            config,
+            {m: checkpoint_folder(m) for m in MODELS},
+            {r: reranker_folder(r) for r in RERANKERS},
+        ),
+        # the downloads whose records give the data's revision (none for local files)
+        sources=None if SOURCE else download_folders,
+        title_join=lambda wc: config["title_join"],
     script:
         "../scripts/mteb_results.py"

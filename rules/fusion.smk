@@ -3,7 +3,10 @@
 # only `fuse` and evaluation. The union's scores come from the stored vectors (a CPU job reading
 # the row groups its candidates live in); the rerank's from one encoding of each candidate passage.
 
-M3_MODELS = _alternatives(models_with("multivec"))
+from miracl_eval.encoders.registry import models_with
+from miracl_eval.fusion.weighted import FUSED_COMPONENTS, fused_depth
+
+M3_MODELS = _alternatives(models_with(MODELS, "multivec"))
 
 
 rule union_components:

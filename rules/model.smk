@@ -3,6 +3,8 @@
 # (fixed inputs, so adding a language never rebuilds them). A model's `checkpoint` names one as
 # resources/models/tiny-{kind}.
 
+from miracl_eval.inputs.datasets import MIRACL_LANGUAGES
+
 TINY_KINDS = ["bge-m3", "bert", "xlm-r", "decoder", "mlm", "cross-encoder", "llm"]
 
 
@@ -32,9 +34,11 @@ rule tiny_model:
         "../scripts/tiny_model.py"
 
 
-# A model given by its Hugging Face hub id is fetched once, here, into the run's resources (pinned
-# to the commit that `hub.revision` names then, recorded in the folder's miracl-eval-fetch.json);
-# every job that runs the model then loads that folder, without the hub.
+# A model or reranker given by its Hugging Face hub id is fetched once, here, into the run's
+# resources: at the commit that its own `revision` (a commit, tag or branch; left out: main) names
+# then, recorded in the folder's miracl-eval-fetch.json. Each revision has its own folder
+# ({org}--{name}, {org}--{name}@{revision}), which the model's jobs load without the hub: a new
+# revision fetches and encodes again, the same one never. (`hub.revision` is the datasets'.)
 
 
 rule fetch_model:
@@ -52,7 +56,7 @@ rule fetch_model:
     resources:
         **request("download"),
     params:
-        repo_id=lambda wc: HUB_MODELS[wc.hub_model],
-        revision="main",
+        repo_id=lambda wc: HUB_MODELS[wc.hub_model][0],
+        revision=lambda wc: HUB_MODELS[wc.hub_model][1],
     script:
         "../scripts/fetch_model.py"

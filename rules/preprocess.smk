@@ -1,5 +1,9 @@
 # Raw files to Parquet: corpus (title appended to each passage), queries, qrels.
 
+# a param of the corpus preprocessing only where passages are stripped (MTEB's datasets), so that the
+# recorded params of every other dataset's preprocessed corpus stay as they were (no rerun)
+STRIP_PASSAGES = {"strip": True} if DATASET.strip_passages else {}
+
 
 checkpoint preprocess_corpus:
     input:

@@ -4,6 +4,7 @@
 # configuration, the judged passages missing from each corpus, and every stage's time and peak
 # memory. All of it is built by the default target (rule all) and by `report_inputs`.
 
+from miracl_eval.config.models import BUILT_CHECKPOINTS
 from miracl_eval.evaluation.metrics import MEASURES, PRIMARY
 from miracl_eval.report.html import measure_label
 from miracl_eval.report.sensitivity import sensitivity_weights
@@ -55,6 +56,7 @@ REPORT_TARGETS = (
 rule report_results:
     input:
         reproduction=PATHS["reproduction"],
+        context=PATHS["context"],
         table=report(
             PATHS["table"],
             caption="../report/results.rst",
@@ -248,6 +250,8 @@ rule report_settings:
     input:
         corpora=expand(path("corpus", dataset="{{dataset}}"), corpus=CORPORA),
         version=PATHS["data_version"],
+        # the fetched hub checkpoints, whose records give the commits shown
+        fetched=list(dict.fromkeys(FETCHED.values())),
     output:
         tsv=report(
             path("report_file", page="settings", ext="tsv"),
@@ -278,11 +282,15 @@ rule report_settings:
         corpora=CORPORA,
         shard_size=ENC["shard_size"] if MODELS else None,
         dataset=DATASET.name,
+        fetched=FETCHED,
     script:
         "../scripts/report_settings.py"
 
 
 rule effective_config:
+    input:
+        # the fetched hub checkpoints, whose commits it records
+        list(dict.fromkeys(FETCHED.values())),
     output:
         report(
             PATHS["effective_config"],
@@ -302,6 +310,7 @@ rule effective_config:
         mem_mb=1000,
     params:
         config=config,
+        fetched=FETCHED,
     script:
         "../scripts/effective_config.py"
 
@@ -367,8 +376,10 @@ rule report_stage_costs:
         )
         + (["download_corpus", "download_topics"] if SOURCE else []),
         dataset=DATASET.name,
-        api_models=API_MODELS,
-        logs_dir=lambda wc: f"logs/{wc.dataset}",
+        # what the API models' requests spent, every run and job (their ledgers)
+        ledgers=lambda wc: {
+            m: path("api_ledger", dataset=wc.dataset, model=m) for m in API_ENCODED
+        },
     script:
         "../scripts/report_stage_costs.py"
 

@@ -33,7 +33,8 @@ run_stage(
                 dense_dtype=p.dense_dtype,
                 token_budget=enc["token_budget"],
                 tokenizer_workers=tokenizer_workers(sm.threads, gpu=bool(sm.resources.get("gpu", 0))),
-                settings=throughput_settings(sm.config["models"][sm.wildcards.model]),
+                settings=throughput_settings(sm.config["models"][sm.wildcards.model])
+                | ({"api_run": p.api_run} if hasattr(p, "api_run") else {}),
             )
         ),
     ),

@@ -17,5 +17,6 @@ run_stage(
         sm.output.chart,
         training=sm.params.training,
         reproduction=sm.input.reproduction,
+        context=sm.input.context,
     ),
 )

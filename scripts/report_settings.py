@@ -18,5 +18,6 @@ run_stage(
         sm.output.html,
         dataset=sm.params.dataset,
         version=read_version(sm.input.version),
+        fetched=sm.params.fetched,
     ),
 )

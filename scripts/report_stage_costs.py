@@ -17,7 +17,6 @@ run_stage(
         skip_rules=sm.params.skip_rules,
         dataset=sm.params.dataset,
         logs=sm.params.logs,
-        api_models=sm.params.api_models,
-        logs_dir=sm.params.logs_dir,
+        ledgers=sm.params.ledgers,
     ),
 )

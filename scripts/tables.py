@@ -2,7 +2,7 @@ import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")  # noqa: F821 - the library beside scripts/
 
-from miracl_eval.evaluation.metrics import tables_stage
+from miracl_eval.evaluation.tables import tables_stage
 from miracl_eval.jobs.runner import run_stage
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
