@@ -13,6 +13,7 @@ matrix products, and so the order of their float32 sums: nothing else differs.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,7 +28,12 @@ sys.path.insert(0, str(REPO))
 from miracl_eval.encoders import bge_m3  # noqa: E402
 from miracl_eval.encoders.base import host_settings  # noqa: E402
 from miracl_eval.encoders.registry import get_family  # noqa: E402
-from miracl_eval.offline.tiny import build_tiny_checkpoint, texts_from_corpora  # noqa: E402
+from miracl_eval.offline.tiny import (  # noqa: E402
+    DenseHeadSpec,
+    add_sentence_transformers_files,
+    build_tiny_checkpoint,
+    texts_from_corpora,
+)
 from miracl_eval.rerankers import cross_encoder, llm  # noqa: E402
 
 SAMPLE = REPO / "sample" / "miracl"
@@ -131,6 +137,26 @@ def main() -> None:
                 return {output: out.dense if output == "dense" else out.sparse}
 
             sweep(f"{family} {kind} (tiny)", run, {output: output})
+        # sentence-transformers module chains: every pooling mode, Dense heads after it, normalised or not
+        tanh, gelu = DenseHeadSpec(16), DenseHeadSpec(8, "torch.nn.modules.activation.GELU")
+        for kind, chain in (
+            ("bert", {"pooling": "cls", "dense": [tanh], "normalize": True}),
+            ("xlm-r", {"pooling": "max", "dense": [DenseHeadSpec(24, "torch.nn.modules.linear.Identity"), gelu]}),
+            ("bert", {"pooling": "mean_sqrt_len_tokens", "dense": [tanh]}),
+            ("xlm-r", {"pooling": "weightedmean", "dense": [gelu]}),
+            ("decoder", {"pooling": "lasttoken", "dense": [tanh]}),
+        ):
+            copy = shutil.copytree(
+                work / kind if (work / kind).is_dir() else build(kind), work / f"{kind}-{chain['pooling']}"
+            )
+            folder = add_sentence_transformers_files(copy, **chain)  # type: ignore[arg-type]
+            model = get_family("dense").load(get_family("dense").resolve({"checkpoint": str(folder),
+                                             "passage_max_length": 96}), device="cpu")  # fmt: skip
+
+            def run_chain(batch: int, budget: int, model=model) -> dict[str, object]:  # noqa: ANN001
+                return {"dense": model.encode(passages, "passage", batch, host_settings(batch, budget)).dense}
+
+            sweep(f"dense {kind} {chain['pooling']} + heads", run_chain, {"dense": "dense"})
         for name, module, kind, spec in (
             ("cross-encoder", cross_encoder, "cross-encoder", {"max_length": 512, "sigmoid": False}),
             ("llm", llm, "llm", {"max_length": 48, "prompt": llm.DEFAULT_PROMPT, "query_instruction": "A: ",

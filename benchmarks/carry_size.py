@@ -1,7 +1,7 @@
-"""What a call of the device tool carries to the GPU machine, against a limit: the working tree that
-travels (the files git tracks, and the untracked ones it does not ignore) and the ignored folders
-named in ``carry`` (``.whl``). The tool refuses a call over 64 MiB in all; the session keeps a
-margin under that (48 MiB by default), so that a larger tokenizer or a new wheel is seen here first.
+"""What is copied to a GPU machine for benchmarks/device_session.sh, against a limit: the working tree
+(the files git tracks, and the untracked ones it does not ignore) and the ignored folders named on the
+command line (``.whl``). A GPU session of this project takes 64 MiB in all; the check keeps a margin
+under that (48 MiB by default), so that a larger tokenizer or a new wheel is seen here first.
 
     python benchmarks/carry_size.py .whl              # exit 1 when over --limit-mib
     python benchmarks/carry_size.py --limit-mib 48 .whl

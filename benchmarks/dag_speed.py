@@ -2,7 +2,7 @@
 
 The full default run is MIRACL v1.0 dev, 18 languages, all six methods, encoder shard_size
 100000: about 1,400 jobs, most of them one encoding job per 100k-passage corpus shard, a number
-that the workflow learns from checkpoints (rules/common.smk: ``corpus_shards``, ``query_chunks``).
+that the workflow learns from checkpoints (rules/common/inputs.smk: ``corpus_shards``, ``query_chunks``).
 This script builds the *finished* state of such a run in a temporary working directory, with no
 download and no real data, then times what a user waits for when nothing is left to do:
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# One GPU lease, one command (see benchmarks/README.md), within 8.5 minutes by its timeouts: the device
-# correctness checks, the host side with a null model on a GPU job's CPUs, then BGE-M3-large-shaped
+# One GPU machine, one command (docs/development/gpu-checks.md), within 9 min 40 s by its timeouts: the device
+# correctness checks, every storage of a dense view at 1M x 1,024 (ours on the GPU beside plain torch
+# references: the image has no Faiss), the host side with a null model on a GPU job's CPUs, then BGE-M3-large-shaped
 # encoding with XLM-R's real tokenizer, ours (token budget and tokenizer workers swept) beside
 # FlagEmbedding, and a bge-reranker-v2-m3-shaped cross-encoder beside FlagReranker, every child pinned to
 # the CPUs a SLURM job would have. Every figure goes to $OUT.
-#   on the device tool:  bash benchmarks/device_session.sh        (carry: [".whl"], from fetch_wheels.sh)
+#   on the GPU machine:  OUT=<folder> bash benchmarks/device_session.sh   (with .whl/ from fetch_wheels.sh)
 #   the dry run here, with the image's package set only (what the machine has, plus .whl's wheels), which
-#   also checks that the tree and .whl stay under 48 MiB (benchmarks/carry_size.py; the tool's limit is 64):
+#   also checks that the tree and .whl stay under 48 MiB (benchmarks/carry_size.py; a GPU session takes 64):
 #     DEVICE=cpu CONFIG=tiny N=200 ROUNDS=1 IMAGE_CHECK=1 TOKENIZER=<folder> bash benchmarks/device_session.sh
+#   (smaller still, as its smoke test runs it: STORAGE_N, STORAGE_QUERIES, STORAGE_ROUNDS, RERANK_PAIRS, and the
+#   encoding sweep's TOKEN_BUDGETS and WORKERS, the first pair being the headline configuration, and the host
+#   side's HOST_WORKERS)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$(mktemp -d)}
@@ -53,16 +57,23 @@ timeout "${CHECKS_TIMEOUT:-150}" "$PY" benchmarks/gpu_checks.py --device "$DEVIC
 checks=$?
 grep -E '^(PASS|FAIL|SKIP|device|all|FAILED)' "$OUT/gpu_checks.log" | tee "$OUT/gpu_checks.txt"
 
+# every storage of a dense view (float32, float16, int8, binary) at 1M x 1,024, 1,000 queries, top 1,000:
+# ours on the device beside plain torch references, the first queries' scores against exact numpy
+timeout "${STORAGE_TIMEOUT:-80}" "$PY" benchmarks/storage_search.py --device "$DEVICE" \
+  --passages "${STORAGE_N:-1000000}" --queries "${STORAGE_QUERIES:-1000}" --rounds "${STORAGE_ROUNDS:-3}" >"$OUT/storage_search.log" 2>&1
+storage=$?
+grep -vE 'Warning|warn\(' "$OUT/storage_search.log" | tee "$OUT/storage_search.txt"
+
 # the host side alone (null model): new pipeline, 1 and 6 tokenizer workers, on the job's CPUs
 timeout "${HOST_TIMEOUT:-70}" "$PY" benchmarks/host_speed.py --baseline none --n "$N" --rounds 1 \
-  --cpu-sets "$JOB_CPUS" --workers-list 1 6 "${tokenizer_args[@]}" >"$OUT/host_speed.log" 2>&1
+  --cpu-sets "$JOB_CPUS" --workers-list ${HOST_WORKERS:-1 6} "${tokenizer_args[@]}" >"$OUT/host_speed.log" 2>&1
 host=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/host_speed.log" | tee "$OUT/host_speed.txt"
 
 # BGE-M3-large-shaped: ours (token budget 32768 with 6 workers first, then the sweep) and FlagEmbedding
 timeout "${SPEED_TIMEOUT:-200}" "$PY" benchmarks/encode_speed.py --device "$DEVICE" --dtype bfloat16 \
   --config "${CONFIG:-large}" --n "$N" --batch-size 256 --max-length 512 --tokens 153 --cpus "$JOB_CPUS" \
-  --token-budget 32768 16384 65536 32768 --workers 6 6 6 2 --rounds "${ROUNDS:-1}" --skip-stream \
+  --token-budget ${TOKEN_BUDGETS:-32768 16384 65536 32768} --workers ${WORKERS:-6 6 6 2} --rounds "${ROUNDS:-1}" --skip-stream \
   "${tokenizer_args[@]}" >"$OUT/encode_speed.log" 2>&1
 speed=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/encode_speed.log" | tee "$OUT/encode_speed.txt"
@@ -74,6 +85,6 @@ timeout "${RERANK_TIMEOUT:-80}" "$PY" benchmarks/reranker_speed.py --device "$DE
 rerank=$?
 grep -vE 'it/s\]|Warning|warn\(' "$OUT/reranker_speed.log" | tee "$OUT/reranker_speed.txt"
 
-echo "gpu_checks exit $checks, host_speed exit $host, encode_speed exit $speed, reranker_speed exit $rerank" \
-  | tee "$OUT/summary.txt"
-exit $((checks != 0 || host != 0 || speed != 0 || rerank != 0))
+echo "gpu_checks exit $checks, storage_search exit $storage, host_speed exit $host, encode_speed exit $speed," \
+  "reranker_speed exit $rerank" | tee "$OUT/summary.txt"
+exit $((checks != 0 || storage != 0 || host != 0 || speed != 0 || rerank != 0))

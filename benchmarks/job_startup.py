@@ -50,7 +50,7 @@ IMPORTS = [
 ]
 
 JVM_IN_PROCESS = """
-from miracl_eval.lucene.anserini import autoclass
+from miracl_eval.lucene.jvm import autoclass
 autoclass("io.anserini.search.SimpleSearcher")
 """
 

@@ -68,6 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from miracl_eval.jobs.progress import duration  # noqa: E402 - the library beside this script
+from miracl_eval.lucene.offline import import_pyserini  # noqa: E402
 
 SIZES = (100_000, 300_000, 1_000_000)
 QUERIES = 1_000
@@ -353,7 +354,9 @@ Prepared = tuple[Work, Callable[[], dict] | None]  # the timed work, and a check
 
 
 def _docs(index: Path) -> dict:
-    from pyserini.index.lucene import LuceneIndexReader
+    from miracl_eval.lucene.offline import import_pyserini
+
+    LuceneIndexReader = import_pyserini("pyserini.index.lucene").LuceneIndexReader
 
     return {"documents": int(LuceneIndexReader(str(index)).stats()["documents"])}
 
@@ -365,7 +368,7 @@ def _anserini_cli(c: Ctx, args: list[str]) -> Prepared:
     from miracl_eval.lucene.jvm import ensure_jvm
 
     ensure_jvm(HEAP)  # the same Java 21 and -Xmx as ours
-    import pyserini.index.lucene  # noqa: F401 - its import and the JVM's start, before the clock
+    import_pyserini("pyserini.index.lucene")  # its import and the JVM's start, before the clock
 
     def work() -> dict:
         sys.argv = ["pyserini.index.lucene", *args, "-threads", str(c.threads)]
@@ -451,8 +454,8 @@ def _run_check(c: Ctx, reference: str) -> dict:
 def _jvm_for_search() -> None:
     """Start the JVM with the searches' heap and load the searchers' classes before the clock, as
     importing pyserini does for the direct side."""
-    from miracl_eval.lucene.anserini import autoclass, search_heap
-    from miracl_eval.lucene.jvm import ensure_jvm
+    from miracl_eval.lucene.anserini import search_heap
+    from miracl_eval.lucene.jvm import autoclass, ensure_jvm
 
     ensure_jvm(search_heap(HITS))
     autoclass("io.anserini.search.SimpleSearcher")
@@ -494,7 +497,7 @@ def _direct_search(c: Ctx, make_searcher: Callable, texts_of: Callable, referenc
 
 def direct_bm25_search(c: Ctx) -> Prepared:
     def searcher():
-        from pyserini.search.lucene import LuceneSearcher
+        LuceneSearcher = import_pyserini("pyserini.search.lucene").LuceneSearcher
 
         s = LuceneSearcher(str(c.kept / "bm25"))
         s.set_bm25(0.9, 0.4)
@@ -511,7 +514,7 @@ def ours_impact_search(c: Ctx) -> Prepared:
 
 def direct_impact_search(c: Ctx) -> Prepared:
     def searcher():
-        from pyserini.search.lucene import LuceneImpactSearcher
+        LuceneImpactSearcher = import_pyserini("pyserini.search.lucene").LuceneImpactSearcher
 
         # the pre-encoded queries (pyserini's cached query encoder reads the JSONL); min_idf -1 keeps every term
         return LuceneImpactSearcher(str(c.kept / "impact"), str(c.queries / "impact.jsonl"), min_idf=-1)
@@ -1200,6 +1203,7 @@ def extrapolate(stages: list[Stage], sizes: list[int], results: dict, growths: d
 
 
 def main() -> None:
+    global QUERIES  # every figure is of this many queries (--queries: a smoke run measures fewer)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="passages (default 100k 300k 1M)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of each side per stage, at least (default 1)")
@@ -1208,6 +1212,9 @@ def main() -> None:
         help=f"more rounds, up to {MAX_ROUNDS}, while a side's rounds take less than this many seconds (default 20)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="threads of every stage, both sides (default 2)")
+    parser.add_argument(
+        "--queries", type=int, default=QUERIES, help=f"queries measured at every size (default {QUERIES:,})"
+    )
     parser.add_argument("--stages", nargs="+", help="only these stages (and what they read is built first)")
     parser.add_argument("--workdir", type=Path, help="keep the generated data here (reused when it matches)")
     parser.add_argument("--keep", action="store_true", help="keep the generated data and outputs")
@@ -1216,6 +1223,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.sizes = sorted(args.sizes)
+    QUERIES = args.queries
     stages = _stages()
     if args.stages:
         unknown = set(args.stages) - {s.name for s in stages}

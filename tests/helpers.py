@@ -4,6 +4,8 @@ reference implementations that the library's vectorised code is checked against.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +21,7 @@ from miracl_eval import schemas
 from miracl_eval.config.validate import validate
 from miracl_eval.encoders.outputs import iter_sparse_batches, iter_vector_batches, vector_dim
 from miracl_eval.errors import ConfigError, InputError
-from miracl_eval.lucene.anserini import autoclass
+from miracl_eval.lucene.jvm import autoclass
 from miracl_eval.lucene.release import engine_facts, installed_release
 from miracl_eval.lucene.sparse import FACTOR, quantize, term
 from miracl_eval.types import PathLike
@@ -142,10 +144,64 @@ def write_config(directory: Path, cfg: dict[str, Any], name: str = "config.yaml"
     return path
 
 
+#: where this test process keeps the checkpoints that rules/model.smk and rules/me5_small.smk build (set per
+#: session by tests/conftest.py); None: every run builds its own
+CHECKPOINT_CACHE: Path | None = None
+_CHECKPOINT_PATH = re.compile(r"resources/models/(tiny-[a-z0-9-]+|me5-small)\b")
+
+
+def built_checkpoint(name: str) -> Path:
+    """The checkpoint ``name`` (``tiny-{kind}`` or ``me5-small``) as its rule builds it, built once per process."""
+    assert CHECKPOINT_CACHE is not None
+    folder = CHECKPOINT_CACHE / name
+    if not folder.is_dir():
+        if name == "me5-small":
+            from miracl_eval.offline.me5_small import convert
+
+            convert(None, folder)
+        else:  # the rule's inputs, in its order (rules/model.smk), and its seed
+            from miracl_eval.inputs.datasets import MIRACL_LANGUAGES
+            from miracl_eval.offline.tiny import build_tiny_checkpoint, texts_from_corpora
+
+            corpora = [SAMPLE / "miracl" / lang / "corpus.jsonl" for lang in MIRACL_LANGUAGES]
+            texts = texts_from_corpora([*corpora, SAMPLE / "messirve" / "corpus.jsonl"])
+            build_tiny_checkpoint(folder, texts, kind=name.removeprefix("tiny-"), seed=0)
+    return folder
+
+
+def seed_checkpoints(workdir: Path, configfile: Path) -> None:
+    """Put the built checkpoints that the config names into the working directory (as their rules would
+    write them: a run then builds none): me5-small's 460 MB hard-linked, the tiny ones copied.
+    The rules themselves run in tests/workflow/test_me5_small.py (me5-small), the m3_run fixture (tiny-bge-m3) and
+    test_recipe.py (tiny-xlm-r, tiny-cross-encoder); the other kinds' builds are tests/unit/offline's, by the
+    function the rule calls. Do not write into a seeded me5-small: its files are links to the cache."""
+    if CHECKPOINT_CACHE is None:
+        return
+    for name in sorted(set(_CHECKPOINT_PATH.findall(configfile.read_text(encoding="utf-8")))):
+        target = workdir / "resources" / "models" / name
+        if (name.removeprefix("tiny-") in TINY_KINDS or name == "me5-small") and not target.exists():
+            link = os.link if name == "me5-small" else shutil.copy2
+            shutil.copytree(built_checkpoint(name), target, copy_function=link)
+
+
+#: the kinds rules/model.smk builds
+TINY_KINDS = ("bge-m3", "bert", "xlm-r", "decoder", "mlm", "cross-encoder", "llm")
+
+
 def snakemake(
-    workdir: Path, configfile: Path, *targets: str, args: tuple[str, ...] = (), check: bool = True, timeout: int = 1500
+    workdir: Path,
+    configfile: Path,
+    *targets: str,
+    args: tuple[str, ...] = (),
+    check: bool = True,
+    timeout: int = 1500,
+    seed: bool | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the workflow with ``python -m snakemake`` from another working directory."""
+    """Run the workflow with ``python -m snakemake`` from another working directory. ``seed``: with the
+    checkpoints the config names already built (:func:`seed_checkpoints`); by default for a run that must
+    succeed, never for a dry run, and not for a run that may fail (``check=False``: what it leaves is the test's)."""
+    if (check if seed is None else seed) and "-n" not in args and "--dry-run" not in args:
+        seed_checkpoints(workdir, configfile)
     cmd = [
         sys.executable, "-m", "snakemake", *targets,
         "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
@@ -185,6 +241,9 @@ BATCH_TOL = {
     "bge-m3 colbert": 2e-5,  # 1.3e-6, a token vector's component
     "bge-m3 scores": 1e-5,  # pair scores: lexical 7.2e-7, multi-vector 2.4e-7
     "dense": 2e-6,  # mean-pooled XLM-R 1.1e-7, last-token decoder 1.9e-7
+    # sentence-transformers chains, each pooling mode with Dense heads (2026-12-04, torch 2.14.1): 1.6e-6,
+    # mean_sqrt_len_tokens not normalised; max 8.0e-7, lasttoken 9.2e-7, cls 6.7e-7, weightedmean 6.0e-7
+    "dense heads": 2e-5,
     "splade": 3e-4,  # 2.1e-5, a max-pooled vocabulary logit
     "cross-encoder": 2e-4,  # 3.5e-5; 1.4e-5 relative to max(1, |score|)
     "llm": 2e-5,  # 6.0e-6; 1.8e-6 relative
@@ -213,6 +272,10 @@ BM25_LANGS = ["ar", "en", "sw", "th", "yo", "zh"]
 
 
 # ------------------------------------------------------------------ reference implementations
+
+
+#: the source id of the installed pyserini's 2CR references (``-dense``, ``-hybrid`` follow it)
+PYSERINI_2CR = f"pyserini-{installed_release()}-2cr"
 
 
 def run_config(raw: Mapping[str, Any], release: str | None = None) -> dict[str, Any]:

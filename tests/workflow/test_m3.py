@@ -259,3 +259,44 @@ def test_rerank_scores_from_one_pass_equal_the_stored_vectors_scores(m3_run: Pat
         )
         for q, d, score in zip(*(fused[c].to_pylist() for c in ("qid", "docid", "score")), strict=True):
             assert score == pytest.approx(by_pair[(q, d)] + multivec[(q, d)], abs=1e-5)
+
+
+def test_an_upgrade_keeps_the_shards_an_earlier_release_encoded_with_auto(tmp_path: Path) -> None:
+    """Shards and manifests as releases before the resolved dtype was recorded wrote them (encoder.dtype auto,
+    stamped as 'auto'), on the CPU this job runs on: the block job run again (as an upgrade's new script makes
+    Snakemake do; --forcerun here) keeps every shard, its log says so in one line, and nothing is left to do.
+    (Every shard was encoded again: GPU-days per model at full size.)"""
+    from miracl_eval.encoders import blocks
+    from miracl_eval.encoders.outputs import MODEL_DTYPE_KEY
+
+    cfg = m3_config(["sw"], methods=["bge-m3/dense"])
+    cfg_path = write_config(tmp_path, cfg)
+    snakemake(tmp_path, cfg_path, "results/miracl_ndcg.tsv")
+    folder = tmp_path / "resources/miracl/encoded/bge-m3/corpus/sw"
+    (manifest_path,) = sorted((folder / "blocks").glob("*.json"))
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["dtype"] == "float32"
+    # the spec the block job fingerprints, as its rule passes it
+    shard = next((folder / "dense").glob("*.parquet"))
+    spec_mark = pq.read_schema(shard).metadata[blocks.FINGERPRINT_KEY].decode()
+    assert spec_mark == manifest["fingerprint"]
+    from miracl_eval.config.validate import validate
+    from miracl_eval.encoders.registry import encoding_settings
+
+    spec = encoding_settings(validate(cfg)["models"]["bge-m3"], "passage")
+    assert blocks.fingerprint(spec, "float32", "float32", 60) == spec_mark
+    earlier = blocks.fingerprint(spec, "auto", "float32", 60)
+    for path in sorted(folder.glob("*/*.parquet")):
+        table = pq.read_table(path)
+        meta = {k: v for k, v in table.schema.metadata.items() if k != MODEL_DTYPE_KEY}
+        pq.write_table(table.replace_schema_metadata({**meta, blocks.FINGERPRINT_KEY: earlier.encode()}), path)
+    old = {k: v for k, v in manifest.items() if k != "dtype"} | {"fingerprint": earlier, "device": "cpu"}
+    manifest_path.write_text(json.dumps(old))
+    shards = {p: p.stat().st_mtime_ns for p in sorted(folder.glob("*/*.parquet"))}
+    snakemake(tmp_path, cfg_path, "results/miracl_ndcg.tsv", args=("--forcerun", "encode_corpus_dense_sparse"))
+    assert {p: p.stat().st_mtime_ns for p in shards} == shards  # not one shard encoded again
+    (log,) = (tmp_path / "logs/miracl/encode_corpus_dense_sparse/bge-m3/sw").glob("*.log")
+    kept = [line for line in log.read_text().splitlines() if "earlier release" in line]
+    assert len(kept) == 1 and "are kept as float32" in kept[0], log.read_text()[-3000:]
+    assert json.loads(manifest_path.read_text())[blocks.KEPT_KEY]["shards"] == [0, 1, 2]
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_dry(tmp_path, cfg, "again.yaml"))

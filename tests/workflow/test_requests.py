@@ -58,7 +58,7 @@ def _requests(jobs: list[dict]) -> dict[tuple[str, tuple], tuple[int, int, int]]
 
 def test_sample_requests_fit_a_4gb_node_once_preprocessed(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, m3_config(["sw", "yo"], java_heap="1g"))
-    snakemake(tmp_path, cfg, "--until", "preprocess_corpus", "preprocess_topics")
+    snakemake(tmp_path, cfg, "--until", "preprocess_corpus", "preprocess_topics", seed=False)
     model = tmp_path / TINY_M3  # a tiny checkpoint's size (the requests read no more of it)
     model.mkdir(parents=True)
     with open(model / "model.safetensors", "wb") as fh:
@@ -296,8 +296,110 @@ def gpu_hours(tmp_path: Path, dataset: str) -> float:
 
 def test_miracl_hn_costs_a_small_share_of_full_miraclss_gpu_hours(tmp_path: Path) -> None:
     """MTEB's hard-negatives corpora (2.45M passages) against MIRACL's 106M, bge-m3/dense with scale.yaml, at the
-    jobs' requested runtimes: the README's scale table gives both figures."""
+    jobs' requested runtimes: the docs' Scale and costs page (docs/reference/scale.md) gives both figures."""
     full = gpu_hours(tmp_path / "miracl", "miracl")
     hn = gpu_hours(tmp_path / "hn", "miracl-hn")
     print(f"GPU-hours requested: miracl {full:.1f}, miracl-hn {hn:.1f} ({100 * hn / full:.1f} %)")
     assert 0 < hn < 0.1 * full
+
+
+#: every kind of block job: a local model's and an API's encoding of a block of shards, and the exact search of a
+#: search block (the models' and their views')
+BLOCK_RULES = ("encode_corpus_dense_sparse", "encode_corpus_dense", "encode_corpus_api_dense", "dense_block_search")
+
+
+def _stand_in(folder: Path, size_mb: int) -> str:
+    """A checkpoint folder of ``size_mb`` (a sparse file): all a request reads of a model."""
+    folder.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    with open(folder / "model.safetensors", "wb") as fh:
+        fh.truncate(size_mb * MB)
+    return str(folder)
+
+
+def _block_requests(tmp_path: Path, dataset: str, corpora: dict[str, int], queries: dict[str, int]) -> list[dict]:
+    """The block jobs of a full-size dry run of ``dataset`` with a local BGE-M3, a dense model and an int8 view
+    of it, and OpenAI's text-embedding-3-small and a 256-dimension view of it: rule, corpus, the block's
+    passages, and its request. The query encoding jobs, a partition's queries each, ask alike."""
+    cfg_path = _full_size(tmp_path, dataset, corpora, queries, **SCALE)
+    raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    models = {
+        "bge-m3": raw["models"]["bge-m3"],
+        "me5-small": {"checkpoint": _stand_in(tmp_path / "models" / "me5-small", 470)},
+        "me5-small@int8": {"view_of": "me5-small", "storage": "int8"},
+        "openai-3-small": {},
+        "openai-3-small@256": {"view_of": "openai-3-small", "dimensions": 256},
+    }
+    write_config(tmp_path, {**raw, "dataset": dataset, "models": models, "methods": [f"{m}/dense" for m in models]})
+    cfg = load_config(cfg_path)
+    proc = snakemake(tmp_path, cfg_path, f"results/{dataset}_ndcg.tsv", args=("-n", "--cores", "16"))
+    every = dry_run_jobs(proc.stdout)
+    queries_jobs = {j["rule"]: set() for j in every if j["rule"].startswith("encode_queries")}
+    for job in every:  # a query job asks for its queries alone, whatever its corpus (every partition has as many)
+        if job["rule"].startswith("encode_queries"):
+            queries_jobs[job["rule"]].add((job["resources"]["mem_mb"], job["resources"]["runtime"]))
+    assert len(queries_jobs) == 3 and all(len(asked) == 1 for asked in queries_jobs.values()), queries_jobs
+    jobs = [j for j in every if j["rule"] in BLOCK_RULES]
+    shard = cfg["encoder"]["shard_size"]
+    for job in jobs:
+        corpus = job["wildcards"]["corpus"]
+        job["passages"] = block_rows(job["wildcards"]["block"], corpora[corpus], shard)
+        job["request"] = (int(job["resources"]["mem_mb"]), int(job["resources"]["runtime"]))
+    assert {j["rule"] for j in jobs} == set(BLOCK_RULES), "every kind of block job is in the run"
+    assert {j["wildcards"]["model"] for j in jobs if j["rule"] == "dense_block_search"} == set(models)
+    return jobs
+
+
+@pytest.mark.parametrize(
+    "dataset, corpora",
+    [
+        # English (33 encoding blocks, 9 search blocks), Chinese (a full search block and a short one), Yoruba
+        ("miracl", {"en": ENGLISH, "zh": 4_934_368, "yo": 49_043}),
+        ("miracl-hn", {"en": 178_768, "sw": 131_924, "yo": 49_043}),  # one block per corpus
+        ("messirve", {"eswiki": MESSIRVE}),  # one corpus: 15 encoding blocks, the last of 47,759 passages
+    ],
+)
+def test_every_block_job_asks_for_its_block_not_its_corpus(
+    tmp_path: Path, dataset: str, corpora: dict[str, int]
+) -> None:
+    """Full-size dry runs (all-null tables with the real passage counts) of each dataset with a local model, an API
+    model and views of both: a block job's request is a function of its block, whatever its corpus's size (the
+    same partition queries everywhere): blocks of equal passages ask alike, a larger block never asks for less,
+    and the smallest block's time is the largest's in proportion to their passages (beyond half an hour of fixed
+    costs). An API model's 1M-passage block of
+    English asked for 55 hours (its whole corpus at 500 passages a second)."""
+    partitions = {"messirve": {"full": 1000}}.get(dataset, dict.fromkeys(corpora, 1000))
+    jobs = _block_requests(tmp_path, dataset, corpora, partitions)
+    for rule in BLOCK_RULES:
+        # an API block's time also follows its language's tokens a passage: its blocks are compared within a corpus
+        paced = rule == "encode_corpus_api_dense"
+        groups = {(j["wildcards"]["model"], j["wildcards"]["corpus"] if paced else "") for j in jobs if j["rule"] == rule}
+        for model, corpus in groups:
+            mine = sorted((j for j in jobs if (j["rule"], j["wildcards"]["model"]) == (rule, model)
+                           and (not paced or j["wildcards"]["corpus"] == corpus)), key=lambda j: j["passages"])  # fmt: skip
+            for smaller, larger in zip(mine, mine[1:], strict=False):
+                what = (rule, model, smaller["wildcards"], larger["wildcards"])
+                if smaller["passages"] == larger["passages"]:
+                    assert smaller["request"] == larger["request"], what
+                else:
+                    assert all(s <= b for s, b in zip(smaller["request"], larger["request"], strict=True)), what
+            small, large = mine[0], mine[-1]  # time in proportion to the passages, beyond half an hour of floor
+            share = small["passages"] / large["passages"]
+            assert small["request"][1] <= large["request"][1] * share + 30, (rule, model, small, large)
+    for job in jobs:
+        mem, runtime = job["request"]
+        # a block of 1M passages (4M searched) is hours, not days; a search block of 1,024-dimension vectors fits
+        # 32 GB, of openai-3-small's 1,536 it asks for half as much again (docs/reference/scale.md)
+        wide = job["rule"] == "dense_block_search" and job["wildcards"]["model"] == "openai-3-small"
+        assert mem < 32_000 * (1.5 if wide else 1) and runtime <= 24 * 60, job
+        if job["rule"] == "dense_block_search" and job["wildcards"]["model"] == "openai-3-small":
+            # 1,536 dimensions before any vector exists (its published size), not the 1,024 assumed of others
+            alike = [j for j in jobs if j["rule"] == "dense_block_search" and j["wildcards"]["model"] == "bge-m3"
+                     and j["wildcards"]["block"] == job["wildcards"]["block"]
+                     and j["wildcards"]["corpus"] == job["wildcards"]["corpus"]]  # fmt: skip
+            assert len(alike) == 1 and mem > alike[0]["request"][0], (job, alike)
+        if job["rule"] == "encode_corpus_api_dense":  # at its pace: tier 1's 1M tokens a minute over 4 jobs, and
+            # its language's tokens a passage before the plan exists, with its margin (costs.api_pace)
+            per_passage = costs.API_TOKENS_PER_PASSAGE.get(job["wildcards"]["corpus"], 150)
+            assert runtime >= job["passages"] * per_passage / 250_000 * costs.PACE_MARGIN, job
