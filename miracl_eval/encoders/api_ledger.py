@@ -232,7 +232,8 @@ def read_ledger(folder: PathLike) -> Totals:
 
 class Budget:
     """A job's check of ``max_usd`` before each request (thread-safe): :meth:`reserve` before sending,
-    :meth:`settle` when the request ends."""
+    :meth:`charge` and :meth:`check` when a try's answer is lost and it is sent again, :meth:`settle` when the
+    request ends (with what was billed; lost tries were charged)."""
 
     def __init__(
         self,
@@ -262,23 +263,42 @@ class Budget:
         """Take ``counted`` tokens in flight, or raise :class:`ConfigError` when the recorded spend, what is
         in flight, this request and the rest of the plan would pass ``max_usd`` (nothing is sent then)."""
         with self._lock:
-            if self.clock() - self._read_at >= REFRESH_SECONDS:
-                self._others.refresh()
-                self._read_at = self.clock()
-            others = self._others.totals
-            spent = others.usd + self._mine_then + self.own_usd
-            done = others.done.get(self.ledger.settings, 0) + self._mine_done_then + self.own_done
-            rest = max(0, self.plan_tokens - done - self.in_flight - counted)
-            projected = spent + self._usd(self.in_flight + counted + rest)
-            if projected > self.max_usd + 1e-9:
-                raise ConfigError(
-                    self.key,
-                    f"recorded spend ${spent:,.4f} (ledger {self.ledger.path.parent}), ${self._usd(self.in_flight):,.4f}"
-                    f" in flight, ${self._usd(counted):,.4f} for {what} and ${self._usd(rest):,.4f} for the rest of the "
-                    f"plan ({rest:,} of its {self.plan_tokens:,} tokens) would pass max_usd ${self.max_usd:g}: stopped "
-                    "before sending it (raise max_usd to go on; what was received is kept)",
-                )
+            self._check(counted, what)
             self.in_flight += counted
+
+    def charge(self, tokens: int) -> None:
+        """A try of a request in flight went out and its answer was lost: its ``tokens`` are spent now (the
+        provider may have billed them)."""
+        with self._lock:
+            self.own_usd += self._usd(tokens)
+
+    def check(self, counted: int, what: str) -> None:
+        """Raise :class:`ConfigError` when sending again a request in flight of ``counted`` tokens would pass
+        ``max_usd`` (its lost tries already charged)."""
+        with self._lock:
+            self.in_flight -= counted
+            try:
+                self._check(counted, what)
+            finally:
+                self.in_flight += counted
+
+    def _check(self, counted: int, what: str) -> None:
+        if self.clock() - self._read_at >= REFRESH_SECONDS:
+            self._others.refresh()
+            self._read_at = self.clock()
+        others = self._others.totals
+        spent = others.usd + self._mine_then + self.own_usd
+        done = others.done.get(self.ledger.settings, 0) + self._mine_done_then + self.own_done
+        rest = max(0, self.plan_tokens - done - self.in_flight - counted)
+        projected = spent + self._usd(self.in_flight + counted + rest)
+        if projected > self.max_usd + 1e-9:
+            raise ConfigError(
+                self.key,
+                f"recorded spend ${spent:,.4f} (ledger {self.ledger.path.parent}), ${self._usd(self.in_flight):,.4f}"
+                f" in flight, ${self._usd(counted):,.4f} for {what} and ${self._usd(rest):,.4f} for the rest of the "
+                f"plan ({rest:,} of its {self.plan_tokens:,} tokens) would pass max_usd ${self.max_usd:g}: stopped "
+                "before sending it (raise max_usd to go on; what was received is kept)",
+            )
 
     def settle(self, counted: int, tokens: int, answered: bool) -> None:
         """The request of ``counted`` tokens ended: ``tokens`` billed, its texts embedded if ``answered``."""

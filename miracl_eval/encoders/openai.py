@@ -13,7 +13,8 @@ a LiteLLM proxy.
   names the passage.
 * **Pace.** ``concurrency`` requests are in flight at once, paced by :mod:`~miracl_eval.encoders.api_pace`
   (the job's share of ``tokens_per_minute`` and ``requests_per_minute``, the provider's ``x-ratelimit-*``
-  headers). A 429 pauses the job's requests for its ``Retry-After``; 5xx answers (``max_retries``),
+  headers). A 429 pauses the job's requests for its ``Retry-After``; 5xx answers (``max_retries``; a
+  gateway's 502, 504 or 524 is charged as possibly billed),
   timeouts and dropped connections are retried with backoff; neither ends the job before ``patience``
   seconds have passed without an answer (a pause asked for beyond that ends it at once). A job's first
   request goes alone, and a 401 or 403 stops it there, naming the variable that holds the key
@@ -26,7 +27,8 @@ a LiteLLM proxy.
 * **Nothing billed is lost.** Each answer's vectors are kept as they arrive
   (:mod:`~miracl_eval.encoders.api_received`): a failed or killed job, run again, sends only texts not
   answered before. Each request is written to the model's ledger (:mod:`~miracl_eval.encoders.api_ledger`)
-  with what it billed, and ``max_usd`` is checked before each one.
+  with what it billed, and ``max_usd`` is checked before each one and before each resend of a try whose
+  answer was lost.
 
 The key is read from the environment when a job starts and goes nowhere else: not into a spec, a log,
 a ledger, a Parquet file or a report; a server's message that repeats it is written with the key masked.
@@ -73,6 +75,9 @@ ANSWER_SLACK = 1 << 20
 PROBE_TEXT = "hello"
 #: statuses retried as a server's error (OpenAI's client retries these too)
 _SERVER_STATUSES = {408, 409}
+#: a gateway's (502 bad gateway, 504 its timeout, 524 Cloudflare's): the request may have reached the model and
+#: been billed though its answer was lost, so the try is charged like a timeout
+_GATEWAY_STATUSES = {502, 504, 524}
 #: statuses that refuse an input (OpenAI: 400; TEI: 413 too many tokens, 422 validation)
 _REFUSED_STATUSES = {400, 413, 422}
 
@@ -375,17 +380,28 @@ class ApiEncoder:
                 except _Retry as err:
                     if err.kind == "transport":  # sent, its answer lost: the reservation stays as a charge
                         lost, reserved = lost + 1, False
+                        if self.budget is not None:
+                            self.budget.charge(counted)
                     notes.append(err.what)
                     if err.kind != "rate" and failures >= self.max_retries:
                         raise self._fail(ApiError(
                             f"the embeddings API at {self.url} failed {what} after {self.max_retries} retries "
                             f"({self.key('max_retries')}): {_summary(notes)}"
                         )) from None  # fmt: skip
-                    wait = err.wait if err.wait is not None else _backoff((failures if err.kind != "rate" else retries) + 1)
+                    wait = (
+                        err.wait
+                        if err.wait is not None
+                        else _backoff((failures if err.kind != "rate" else retries) + 1)
+                    )
                     if time.monotonic() + wait > self._last_answer + self.patience:
                         raise self._fail(
                             self._impatient(what, f"{err.what}; asked to wait {wait:,.0f} s", notes)
                         ) from None
+                    if err.kind == "transport" and self.budget is not None:  # max_usd again before a resend
+                        try:
+                            self.budget.check(counted, f"{what}, sent again")
+                        except ConfigError as stop:
+                            raise self._fail(stop) from None
                     retries += 1
                     failures += err.kind != "rate"
                     log.info("%s: %s; sent again in %.1f s", what, err.what, wait)
@@ -406,6 +422,8 @@ class ApiEncoder:
                     raise self._fail(err) from None
                 except BaseException:  # cut off while out (an interrupt): possibly billed
                     lost, reserved = lost + 1, False
+                    if self.budget is not None:
+                        self.budget.charge(counted)
                     raise
                 status = "ok"
                 self._last_answer = time.monotonic()
@@ -425,7 +443,7 @@ class ApiEncoder:
                     self.usage.failed += status != "not sent"
                     self.usage.retries += retries
             if self.budget is not None:
-                self.budget.settle(counted, tokens + charged, status == "ok")
+                self.budget.settle(counted, tokens, status == "ok")  # lost tries: charged as they were lost
             if self.ledger is not None and status != "not sent":  # "not sent": no try went out, none reserved
                 self.ledger.record(number, status, len(texts), counted, tokens, retries,
                                    time.monotonic() - started, _summary(notes) if notes else "", charged)  # fmt: skip
@@ -486,6 +504,8 @@ class ApiEncoder:
             )
         if status == 429 or (status == 503 and retry_after(headers) is not None):  # over a limit: slow down
             return _Retry("rate", f"{status} ({self._clean(_message(err))})", retry_after(headers))
+        if status in _GATEWAY_STATUSES:
+            return _Retry("transport", f"{message} (a gateway's: possibly billed)", retry_after(headers))
         if status >= 500 or status in _SERVER_STATUSES:
             return _Retry("server", message, retry_after(headers))
         if status in _REFUSED_STATUSES:

@@ -177,6 +177,18 @@ def test_a_try_whose_answer_was_lost_is_charged(tmp_path, fault, settings) -> No
     assert billed == 45 and totals.tokens + totals.charged == billed
 
 
+def test_a_gateways_error_is_charged_as_possibly_billed_and_a_servers_is_not(tmp_path) -> None:
+    """A 502 (a gateway: the model behind it may have embedded and billed the request) is charged at the
+    try's counted tokens, like a timeout; a 503 (the server's own) is sent again on its reservation, uncharged."""
+    texts = ["www www www www www"] * 6  # 5 tokens each: requests of 15 counted tokens
+    for status, charged in (("502", 15), ("503", 0)):
+        with EmbeddingsServer(MODEL, key=KEY, faults={2: f"status:{status}"}) as server:
+            got = _encoder(server, _run(tmp_path / status)).encode(texts, "passage").dense
+        np.testing.assert_array_equal(got, _expected(texts))
+        totals = read_ledger(tmp_path / status / "ledger")
+        assert (totals.requests, totals.retries, totals.charged, totals.unended) == (2, 1, charged, 0), status
+
+
 def test_5xx_without_end_fails_after_max_retries_naming_the_key(tmp_path) -> None:
     says = r"failed request 1 .* after 2 retries \(models\.stub\.max_retries\): 503: The server had an error\. x 3"
     with (

@@ -73,6 +73,24 @@ def test_max_usd_stops_a_job_before_the_request_that_would_pass_it(tmp_path: Pat
         assert server.count == 10  # not one more
 
 
+def test_max_usd_is_checked_again_before_a_lost_try_is_sent_again(tmp_path: Path) -> None:
+    """$0.01 a token, a plan of two requests of 10 tokens ($0.20) under max_usd $0.25. The first request's
+    answer is cut short: its try is charged ($0.10), and sending it again would reach $0.30 with the plan's
+    rest, so the job stops there naming the key, the resend and the spend, after one request, not 1 + max_retries."""
+    texts = ["www www www www www"] * 4
+    with EmbeddingsServer(StubModel(8), key=KEY, faults={1: "cut"}) as server:
+        encoder = _paid(server, tmp_path, "corpus-sw-00000-00000", plan_tokens=20, max_usd=0.25)
+        with pytest.raises(ConfigError) as err:
+            encoder.encode(texts, "passage")
+        assert server.count == 1
+    assert err.value.key == "models.paid.max_usd"
+    assert ("recorded spend $0.1000 (ledger " in str(err.value) and "$0.1000 for request 1 of corpus-sw-00000-00000 "
+            "(2 inputs: text 1 to text 2), sent again and $0.1000 for the rest of the plan" in str(err.value))  # fmt: skip
+    totals = read_ledger(tmp_path / "ledger")
+    assert (totals.requests, totals.failed, totals.charged, totals.unended) == (1, 1, 10, 0)
+    assert totals.usd == pytest.approx(0.1)
+
+
 def test_a_budget_that_covers_the_plan_sends_everything(tmp_path: Path) -> None:
     texts = ["www www www www www"] * 10
     with EmbeddingsServer(StubModel(8), key=KEY) as server:
