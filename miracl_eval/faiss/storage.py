@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from miracl_eval.errors import InputError
+from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.types import PathLike
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,37 @@ def _half_mm(a: Any, b: Any) -> Any:
     return torch.mm(a, b, out_dtype=torch.float32)
 
 
+#: the variable that makes cuBLAS use TF32 for float32 products whatever torch is told (NVIDIA's NGC
+#: containers set it); torch reads it once, at the first product on a GPU
+TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def uses_tf32(mm: Any, torch: Any, device: Any) -> bool:
+    """Whether ``mm`` (a float32 matrix product on ``device``) rounds its inputs to TF32's 10 mantissa bits:
+    ``(1 + 2^-20)`` summed eight times is ``8 + 2^-17`` in float32, exactly 8 in TF32."""
+    a = torch.full((1, 8), 1 + 2.0**-20, dtype=torch.float32, device=device)
+    b = torch.ones((8, 1), dtype=torch.float32, device=device)
+    return float(mm(a, b)[0, 0]) != 8 + 2.0**-17
+
+
+def exact_float32_products(torch: Any, device: Any) -> None:
+    """Float32 products on ``device`` without TF32: torch told so, and :data:`TF32_OVERRIDE` taken out of
+    the environment before torch first reads it; checked by a product (:func:`uses_tf32`), and where TF32
+    is still used (torch read the variable earlier in this process) an error naming it, not rankings that
+    are not the exact search's."""
+    import os
+
+    if os.environ.pop(TF32_OVERRIDE, None) is not None:
+        log.info("%s unset for this job: exact float32 products", TF32_OVERRIDE)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if uses_tf32(torch.mm, torch, device):
+        raise MiraclEvalError(
+            f"float32 products on {device} use TF32 although torch was told not to (is {TF32_OVERRIDE}=1 set where "
+            "the job starts, as NVIDIA's NGC containers do?): the exact search would not be exact; unset it for "
+            "the workflow's jobs"
+        )
+
+
 class TorchScores:
     """A block's codes (a :class:`Stored`'s) on a torch device, a GPU or the CPU, and the float32 scores
     of queries against them there (see the module's docstring for each storage's kernel and why it is
@@ -289,7 +320,7 @@ class TorchScores:
         self.torch = torch
         self.device = torch.device(device)
         if self.device.type == "cuda":  # exact float32 products, whatever TF32 default the environment sets
-            torch.backends.cuda.matmul.allow_tf32 = False
+            exact_float32_products(torch, self.device)
         self.storage, self.dim, self.n, self.ranges = stored.storage, stored.dim, stored.n, stored.ranges
         self.slab = max(8, slab - slab % 8)
         codes = _tensor(stored.data).to(self.device)  # the CPU: the same memory, no copy

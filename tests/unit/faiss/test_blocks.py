@@ -271,8 +271,10 @@ def test_gpu_scores_turn_tf32_off(monkeypatch) -> None:
     try:
         stored = storage.Stored(np.eye(4, 8, dtype=np.float32), "float32")
         monkeypatch.setattr(storage, "_tensor", lambda data, *a: type("T", (), {"to": lambda self, d: data})())
+        probed = []  # the product that checks it (test_storage: the probe itself) runs on the job's device
+        monkeypatch.setattr(storage, "uses_tf32", lambda mm, torch, device: probed.append(str(device)) or False)
         storage.TorchScores(stored, "cuda")
-        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert torch.backends.cuda.matmul.allow_tf32 is False and probed == ["cuda"]
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
 

@@ -3,13 +3,15 @@ sentence-transformers' (truncate_dim, quantize_embeddings), and their scores equ
 
 from __future__ import annotations
 
+import os
+import types
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from miracl_eval.errors import InputError
+from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.faiss import blocks, storage
 from miracl_eval.faiss.storage import (
     Stored,
@@ -106,6 +108,27 @@ def test_a_block_is_filled_in_its_storage_batch_by_batch() -> None:
             stored.put(start, corpus[start : start + 16])
         np.testing.assert_array_equal(stored.data, Stored(corpus, kind, ranges).data)
         assert stored.data.nbytes == 50 * bytes_per_vector(kind, 20)
+
+
+def test_tf32_products_are_told_apart_and_refused_where_they_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuBLAS with TF32 (what TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 forces) rounds float32 inputs to 10 mantissa
+    bits; here a CPU stand-in for it. The probe tells it from float32 products; the variable is taken out of
+    the environment before torch would read it, and a product that still uses TF32 is an error naming it."""
+    torch = pytest.importorskip("torch")
+
+    def tf32_mm(a, b):
+        def tf32(x):  # the 13 low mantissa bits dropped
+            return (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+        return torch.mm(tf32(a), tf32(b))
+
+    assert storage.uses_tf32(tf32_mm, torch, "cpu") and not storage.uses_tf32(torch.mm, torch, "cpu")
+    monkeypatch.setenv(storage.TF32_OVERRIDE, "1")
+    storage.exact_float32_products(torch, "cpu")  # exact products: no error
+    assert storage.TF32_OVERRIDE not in os.environ
+    still = types.SimpleNamespace(**{k: getattr(torch, k) for k in ("full", "ones", "float32", "backends")}, mm=tf32_mm)
+    with pytest.raises(MiraclEvalError, match=r"use TF32 .*TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"):
+        storage.exact_float32_products(still, "cpu")
 
 
 def test_half_precision_products_keep_the_float32_query(monkeypatch: pytest.MonkeyPatch) -> None:
