@@ -174,15 +174,25 @@ def written_blocks(folder: PathLike) -> list[str]:
 def planned_dim(spec: Mapping[str, Any], default: int) -> int:
     """The dense dimension a model's vectors will have, known before any is written (a dry run's requests):
     an embeddings API model's ``dimensions`` (what it asks the API for) or published size, a local checkpoint's
-    ``hidden_size``; else ``default``. A local model's ``dimensions``, and a view's (``view_of``), truncate what
-    is searched, not what is stored."""
+    last sentence-transformers ``Dense`` head's ``out_features`` or its ``hidden_size``; else ``default``. A
+    local model's ``dimensions``, and a view's (``view_of``), truncate what is searched, not what is stored."""
     if spec.get("family") == "openai":
         from miracl_eval.encoders.openai import KNOWN_DIMS
 
         if spec.get("dimensions") and not spec.get("view_of"):
             return int(spec["dimensions"])
         return KNOWN_DIMS.get(str(spec.get("checkpoint")), default)
-    config = Path(str(spec.get("checkpoint") or "")).expanduser() / "config.json"
+    folder = Path(str(spec.get("checkpoint") or "")).expanduser()
+    if spec.get("family") == "dense":  # its module chain's projection heads (the encoder runs them)
+        from miracl_eval.encoders.st_settings import read_st_chain
+
+        try:
+            chain = read_st_chain(folder)
+        except (OSError, InputError):  # refused where the model is loaded, naming the file
+            chain = None
+        if chain is not None and chain.dense_modules:
+            return chain.dense_modules[-1].out_features
+    config = folder / "config.json"
     try:
         size = json.loads(config.read_text(encoding="utf-8")).get("hidden_size")
     except (OSError, ValueError, AttributeError):
