@@ -45,9 +45,9 @@ import yaml
 
 from miracl_eval import schemas
 from miracl_eval.atomic import write_text_atomic
-from miracl_eval.config.models import BUILT_CHECKPOINTS, HUB_MODELS_DIR
+from miracl_eval.config.models import BUILT_CHECKPOINTS, HUB_MODELS_DIR, hub_folder
 from miracl_eval.config.validate import fill_placeholders
-from miracl_eval.encoders.checkpoints import hub_folder_name, is_hub_id
+from miracl_eval.encoders.checkpoints import is_hub_id
 from miracl_eval.encoders.registry import FAMILIES
 from miracl_eval.errors import InputError, MiraclEvalError
 from miracl_eval.evaluation.comparability import PUBLISHED_RELEASE, reference_passages, references
@@ -343,7 +343,8 @@ def _folder_of(spec: Mapping[str, Any]) -> str | None:
     given = str(spec.get("checkpoint") or "")
     if given.startswith(BUILT_CHECKPOINTS):
         return given
-    return f"{HUB_MODELS_DIR}/{hub_folder_name(given)}" if given and is_hub_id(given) else None
+    fetched = hub_folder(spec) if given else None  # a folder per revision, as the fetch_model rule's
+    return f"{HUB_MODELS_DIR}/{fetched}" if fetched else None
 
 
 def dry_run(

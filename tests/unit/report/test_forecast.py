@@ -140,11 +140,14 @@ def test_model_folders_are_the_used_models_and_rerankers() -> None:
         "models": {"bge-m3": {}, "tiny": {"family": "dense", "checkpoint": "resources/models/tiny-xlm-r",
                                           "pooling": "mean", "normalize": True}, "unused": {"family": "dense",
                    "checkpoint": "resources/models/tiny-bert", "pooling": "cls", "normalize": False}},
-        "rerankers": {"ce": {"family": "cross-encoder", "checkpoint": "resources/models/tiny-cross-encoder"}},
-        "methods": ["bge-m3/dense", "tiny/dense>>ce"],
+        "rerankers": {"ce": {"family": "cross-encoder", "checkpoint": "resources/models/tiny-cross-encoder"},
+                      "pinned": {"family": "cross-encoder", "checkpoint": "BAAI/bge-reranker-v2-m3", "revision": "v2"}},
+        "methods": ["bge-m3/dense", "tiny/dense>>ce", "bge-m3/dense>>pinned"],
     })  # fmt: skip
+    # a hub checkpoint's folder per revision, as the fetch_model rule fetches it (config.models.hub_folder)
     assert forecast._model_folders(cfg) == [
-        "resources/models/hub/BAAI--bge-m3", "resources/models/tiny-cross-encoder", "resources/models/tiny-xlm-r"
+        "resources/models/hub/BAAI--bge-m3", "resources/models/hub/BAAI--bge-reranker-v2-m3@v2",
+        "resources/models/tiny-cross-encoder", "resources/models/tiny-xlm-r"
     ]  # fmt: skip
 
 
