@@ -374,7 +374,9 @@ def test_every_block_job_asks_for_its_block_not_its_corpus(
     for rule in BLOCK_RULES:
         # an API block's time also follows its language's tokens a passage: its blocks are compared within a corpus
         paced = rule == "encode_corpus_api_dense"
-        groups = {(j["wildcards"]["model"], j["wildcards"]["corpus"] if paced else "") for j in jobs if j["rule"] == rule}
+        groups = {
+            (j["wildcards"]["model"], j["wildcards"]["corpus"] if paced else "") for j in jobs if j["rule"] == rule
+        }
         for model, corpus in groups:
             mine = sorted((j for j in jobs if (j["rule"], j["wildcards"]["model"]) == (rule, model)
                            and (not paced or j["wildcards"]["corpus"] == corpus)), key=lambda j: j["passages"])  # fmt: skip
