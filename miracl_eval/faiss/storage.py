@@ -278,34 +278,26 @@ def _half_mm(a: Any, b: Any) -> Any:
     return torch.mm(a, b, out_dtype=torch.float32)
 
 
-#: the variable that makes cuBLAS use TF32 for float32 products whatever torch is told (NVIDIA's NGC
-#: containers set it); torch reads it once, at the first product on a GPU
-TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
-
-
 def uses_tf32(mm: Any, torch: Any, device: Any) -> bool:
-    """Whether ``mm`` (a float32 matrix product on ``device``) rounds its inputs to TF32's 10 mantissa bits:
-    ``(1 + 2^-20)`` summed eight times is ``8 + 2^-17`` in float32, exactly 8 in TF32."""
-    a = torch.full((1, 8), 1 + 2.0**-20, dtype=torch.float32, device=device)
-    b = torch.ones((8, 1), dtype=torch.float32, device=device)
-    return float(mm(a, b)[0, 0]) != 8 + 2.0**-17
+    """Whether ``mm`` (a float32 matrix product on ``device``) rounds its inputs to TF32's 10 mantissa bits: a
+    GEMM-sized product (so that cuBLAS picks its tensor-core kernels where TF32 is allowed) of ``1 + 2^-12``
+    summed 256 times, ``256 + 2^-4`` in float32 whatever the order of the sums, 256 in TF32."""
+    a = torch.full((64, 256), 1 + 2.0**-12, dtype=torch.float32, device=device)
+    b = torch.ones((256, 64), dtype=torch.float32, device=device)
+    return bool((mm(a, b) != 256 + 2.0**-4).any())
 
 
 def exact_float32_products(torch: Any, device: Any) -> None:
-    """Float32 products on ``device`` without TF32: torch told so, and :data:`TF32_OVERRIDE` taken out of
-    the environment before torch first reads it; checked by a product (:func:`uses_tf32`), and where TF32
-    is still used (torch read the variable earlier in this process) an error naming it, not rankings that
-    are not the exact search's."""
-    import os
-
-    if os.environ.pop(TF32_OVERRIDE, None) is not None:
-        log.info("%s unset for this job: exact float32 products", TF32_OVERRIDE)
+    """Float32 products on ``device`` without TF32, whatever the environment set when torch was imported
+    (NVIDIA's NGC containers set ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, which torch reads then): torch told
+    so, and checked by a product (:func:`uses_tf32`); where TF32 is still used, an error rather than rankings
+    that are not the exact search's."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if uses_tf32(torch.mm, torch, device):
         raise MiraclEvalError(
-            f"float32 products on {device} use TF32 although torch was told not to (is {TF32_OVERRIDE}=1 set where "
-            "the job starts, as NVIDIA's NGC containers do?): the exact search would not be exact; unset it for "
-            "the workflow's jobs"
+            f"float32 products on {device} use TF32 although torch was told not to "
+            "(torch.backends.cuda.matmul.allow_tf32 = False): the exact search would not be exact; run the job "
+            "with another torch or CUDA library, or search on the CPU (encoder.device: cpu)"
         )
 
 

@@ -4,6 +4,8 @@ sentence-transformers' (truncate_dim, quantize_embeddings), and their scores equ
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -110,10 +112,19 @@ def test_a_block_is_filled_in_its_storage_batch_by_batch() -> None:
         assert stored.data.nbytes == 50 * bytes_per_vector(kind, 20)
 
 
-def test_tf32_products_are_told_apart_and_refused_where_they_stay(monkeypatch: pytest.MonkeyPatch) -> None:
-    """cuBLAS with TF32 (what TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 forces) rounds float32 inputs to 10 mantissa
-    bits; here a CPU stand-in for it. The probe tells it from float32 products; the variable is taken out of
-    the environment before torch would read it, and a product that still uses TF32 is an error naming it."""
+TF32_ENV = """
+import torch
+from miracl_eval.faiss import storage
+before = torch.get_float32_matmul_precision()
+storage.exact_float32_products(torch, "cpu")
+print(before, torch.get_float32_matmul_precision())
+"""
+
+
+def test_tf32_products_are_told_apart_and_refused_where_they_stay() -> None:
+    """cuBLAS with TF32 rounds float32 inputs to 10 mantissa bits; here a CPU stand-in for it. The probe tells
+    it from float32 products; a process started with NGC's TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (torch reads it
+    at import: TF32 on) gets float32 products ("highest"); a product that still uses TF32 is an error."""
     torch = pytest.importorskip("torch")
 
     def tf32_mm(a, b):
@@ -123,11 +134,11 @@ def test_tf32_products_are_told_apart_and_refused_where_they_stay(monkeypatch: p
         return torch.mm(tf32(a), tf32(b))
 
     assert storage.uses_tf32(tf32_mm, torch, "cpu") and not storage.uses_tf32(torch.mm, torch, "cpu")
-    monkeypatch.setenv(storage.TF32_OVERRIDE, "1")
-    storage.exact_float32_products(torch, "cpu")  # exact products: no error
-    assert storage.TF32_OVERRIDE not in os.environ
+    env = {**os.environ, "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    out = subprocess.run([sys.executable, "-c", TF32_ENV], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["high", "highest"]
     still = types.SimpleNamespace(**{k: getattr(torch, k) for k in ("full", "ones", "float32", "backends")}, mm=tf32_mm)
-    with pytest.raises(MiraclEvalError, match=r"use TF32 .*TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"):
+    with pytest.raises(MiraclEvalError, match=r"on cpu use TF32 although torch was told not to"):
         storage.exact_float32_products(still, "cpu")
 
 
