@@ -11,8 +11,8 @@ answered or not, the job appends its *end line*: when, which run and job, the re
 ``status`` (``ok``; ``refused``: a 400; ``failed``: no answer; ``bad answer``), ``inputs``, ``counted``
 (the tokens the client counted, as the plan counts them), ``tokens`` (the API's own count of what it
 billed; the client's count when it gives none), ``charged`` (tokens of the tries whose answer was lost:
-a timeout, a dropped connection, a body cut short, each charged at the counted tokens, since the
-provider may have billed it), ``usd`` (``tokens + charged`` at the price), the ``retries`` the request
+a timeout, a dropped connection, a body cut short, a 408 or a gateway's 5xx, each charged at the counted
+tokens, since the provider may have billed it), ``usd`` (``tokens + charged`` at the price), the ``retries`` the request
 took, its seconds, and the plan's ``settings`` (a digest of what is sent). An end line settles the
 request's reservations; a reservation never settled (a job killed, SIGKILL or a node lost, while the
 request was out) stays charged at its counted tokens. So the recorded spend is never less than what was
@@ -23,7 +23,8 @@ tokenizer; characters / 4 without one can be less). Each line is ``fsync``-ed be
 job's file, every run, failed ones too), plus what it has in flight, plus this request, plus what the
 plan says is still to send (the plan's tokens less those of the answered requests of the plan's
 settings) stays within ``max_usd``; if not, it stops there with a :class:`ConfigError` naming
-``models.<name>.max_usd``, the spend so far and the plan. Other jobs' lines are read again every
+``models.<name>.max_usd``, the spend so far and the plan. A try whose answer was lost is charged at once,
+and the check is made again before it is sent again. Other jobs' lines are read again every
 :data:`REFRESH_SECONDS` (only what was appended).
 """
 

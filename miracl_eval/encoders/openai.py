@@ -14,7 +14,7 @@ a LiteLLM proxy.
 * **Pace.** ``concurrency`` requests are in flight at once, paced by :mod:`~miracl_eval.encoders.api_pace`
   (the job's share of ``tokens_per_minute`` and ``requests_per_minute``, the provider's ``x-ratelimit-*``
   headers). A 429 pauses the job's requests for its ``Retry-After``; 5xx answers (``max_retries``; a
-  gateway's 502, 504 or 524 is charged as possibly billed),
+  408 and a gateway's 502, 504, 520 or 524 are charged as possibly billed),
   timeouts and dropped connections are retried with backoff; neither ends the job before ``patience``
   seconds have passed without an answer (a pause asked for beyond that ends it at once). A job's first
   request goes alone, and a 401 or 403 stops it there, naming the variable that holds the key
@@ -74,10 +74,11 @@ ANSWER_SLACK = 1 << 20
 #: what a request-wide refusal is told apart with: a request of this one short text
 PROBE_TEXT = "hello"
 #: statuses retried as a server's error (OpenAI's client retries these too)
-_SERVER_STATUSES = {408, 409}
-#: a gateway's (502 bad gateway, 504 its timeout, 524 Cloudflare's): the request may have reached the model and
-#: been billed though its answer was lost, so the try is charged like a timeout
-_GATEWAY_STATUSES = {502, 504, 524}
+_SERVER_STATUSES = {409}
+#: a timeout or a gateway's error (408, which proxies such as LiteLLM answer for an upstream timeout; 502, 504;
+#: Cloudflare's 520 and 524): the request may have reached the model and been billed though its answer was
+#: lost, so the try is charged like a timeout (charging too much is the safe side of a budget)
+_GATEWAY_STATUSES = {408, 502, 504, 520, 524}
 #: statuses that refuse an input (OpenAI: 400; TEI: 413 too many tokens, 422 validation)
 _REFUSED_STATUSES = {400, 413, 422}
 
@@ -152,9 +153,9 @@ class ApiError(MiraclEvalError):
 
 
 class _Retry(Exception):
-    """A request to send again: ``kind`` ``rate`` (a 429: the whole job pauses), ``server`` (5xx, 408, 409),
+    """A request to send again: ``kind`` ``rate`` (a 429: the whole job pauses), ``server`` (5xx, 409),
     ``connect`` (no connection made: nothing was sent) or ``transport`` (a timeout, a dropped connection, an
-    answer cut short: sent, its answer lost)."""
+    answer cut short, a 408 or a gateway's error: sent, its answer lost)."""
 
     def __init__(self, kind: str, what: str, wait: float | None = None) -> None:
         super().__init__(what)
@@ -505,7 +506,7 @@ class ApiEncoder:
         if status == 429 or (status == 503 and retry_after(headers) is not None):  # over a limit: slow down
             return _Retry("rate", f"{status} ({self._clean(_message(err))})", retry_after(headers))
         if status in _GATEWAY_STATUSES:
-            return _Retry("transport", f"{message} (a gateway's: possibly billed)", retry_after(headers))
+            return _Retry("transport", f"{message} (a timeout or a gateway's: possibly billed)", retry_after(headers))
         if status >= 500 or status in _SERVER_STATUSES:
             return _Retry("server", message, retry_after(headers))
         if status in _REFUSED_STATUSES:

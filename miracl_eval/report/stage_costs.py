@@ -240,7 +240,7 @@ def stage_costs_html(rows: Sequence[StageCostRow], title: str, spend: Sequence[M
             "request of every run of every encoding job, failed ones too; tokens are the API's own count, dollars "
             "tokens x the model's price_per_million_tokens; 'not answered' counts requests refused, failed or "
             "answered wrongly, 'retries' the tries sent again (429s, 5xx, timeouts). A try whose answer was lost (a "
-            "timeout, a dropped connection, a body cut short, a gateway's 502/504) may have been billed: its counted "
+            "timeout, a dropped connection, a body cut short, a 408, a gateway's 502/504/520/524) may have been billed: its counted "
             "tokens are charged; "
             "'requests cut off' were out when their job was killed (a time limit, a lost node), each charged at its "
             "counted tokens. So the dollars are never less than what was billed (with tokens counted by the model's "

@@ -177,16 +177,17 @@ def test_a_try_whose_answer_was_lost_is_charged(tmp_path, fault, settings) -> No
     assert billed == 45 and totals.tokens + totals.charged == billed
 
 
-def test_a_gateways_error_is_charged_as_possibly_billed_and_a_servers_is_not(tmp_path) -> None:
-    """A 502 (a gateway: the model behind it may have embedded and billed the request) is charged at the
-    try's counted tokens, like a timeout; a 503 (the server's own) is sent again on its reservation, uncharged."""
+@pytest.mark.parametrize(("status", "charged"), [(502, 15), (504, 15), (520, 15), (524, 15), (408, 15), (503, 0)])
+def test_a_gateways_error_is_charged_as_possibly_billed_and_a_servers_is_not(tmp_path, status, charged) -> None:
+    """A 502, 504, 520 or 524 (a gateway: the model behind it may have embedded and billed the request) or a
+    408 (a proxy's upstream timeout) is charged at the try's counted tokens, like a timeout; a 503 (the
+    server's own) is sent again on its reservation, uncharged."""
     texts = ["www www www www www"] * 6  # 5 tokens each: requests of 15 counted tokens
-    for status, charged in (("502", 15), ("503", 0)):
-        with EmbeddingsServer(MODEL, key=KEY, faults={2: f"status:{status}"}) as server:
-            got = _encoder(server, _run(tmp_path / status)).encode(texts, "passage").dense
-        np.testing.assert_array_equal(got, _expected(texts))
-        totals = read_ledger(tmp_path / status / "ledger")
-        assert (totals.requests, totals.retries, totals.charged, totals.unended) == (2, 1, charged, 0), status
+    with EmbeddingsServer(MODEL, key=KEY, faults={2: f"status:{status}"}) as server:
+        got = _encoder(server, _run(tmp_path)).encode(texts, "passage").dense
+    np.testing.assert_array_equal(got, _expected(texts))
+    totals = read_ledger(tmp_path / "ledger")
+    assert (totals.requests, totals.retries, totals.charged, totals.unended) == (2, 1, charged, 0)
 
 
 def test_5xx_without_end_fails_after_max_retries_naming_the_key(tmp_path) -> None:

@@ -89,6 +89,44 @@ def test_max_usd_is_checked_again_before_a_lost_try_is_sent_again(tmp_path: Path
     totals = read_ledger(tmp_path / "ledger")
     assert (totals.requests, totals.failed, totals.charged, totals.unended) == (1, 1, 10, 0)
     assert totals.usd == pytest.approx(0.1)
+    # the job's budget agrees with its ledger, nothing left in flight by the check that stopped it
+    assert encoder.budget is not None and encoder.budget.in_flight == 0
+    assert encoder.budget.own_usd == pytest.approx(totals.usd)
+
+
+@pytest.mark.parametrize("cut", ["cut", "interrupt"])
+def test_the_budget_counts_a_lost_try_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    """A lost try (an answer cut short; an interrupt while the request is out, the job then run again) is
+    charged once: the job's budget equals its ledger's dollars, and a budget of exactly the plan plus the lost
+    try sends the whole plan (a try counted twice would stop it before its last request)."""
+    texts = ["www www www www www"] * 4  # two requests of 10 tokens, $0.10 each
+    with EmbeddingsServer(StubModel(8), key=KEY, faults={1: "cut"} if cut == "cut" else {}) as server:
+        encoder = _paid(server, tmp_path, "corpus-sw-00000-00000", plan_tokens=20, max_usd=0.30)
+        assert encoder.budget is not None
+        if cut == "cut":
+            assert encoder.encode(texts, "passage").dense.shape == (4, 8)
+            assert server.count == 3
+        else:
+            post = encoder._post
+
+            class Interrupt(BaseException):  # as KeyboardInterrupt is (pytest's own handling of it left out)
+                pass
+
+            def interrupted(*args):
+                monkeypatch.setattr(encoder, "_post", post)
+                raise Interrupt
+
+            monkeypatch.setattr(encoder, "_post", interrupted)
+            with pytest.raises(Interrupt):
+                encoder.encode(texts[:2], "passage")
+            assert encoder.budget.in_flight == 0 and encoder.budget.own_usd == pytest.approx(0.1)
+            again = _paid(server, tmp_path, "corpus-sw-00000-00000", plan_tokens=20, max_usd=0.30)  # run again
+            assert again.encode(texts, "passage").dense.shape == (4, 8)
+            assert again.budget is not None and again.budget.own_usd == pytest.approx(0.2)  # its own run's
+    totals = read_ledger(tmp_path / "ledger")
+    assert (totals.charged, totals.tokens, totals.usd) == (10, 20, pytest.approx(0.3))
+    if cut == "cut":
+        assert encoder.budget.in_flight == 0 and encoder.budget.own_usd == pytest.approx(totals.usd)
 
 
 def test_a_budget_that_covers_the_plan_sends_everything(tmp_path: Path) -> None:
