@@ -12,8 +12,8 @@ answered or not, the job appends its *end line*: when, which run and job, the re
 (the tokens the client counted, as the plan counts them), ``tokens`` (the API's own count of what it
 billed; the client's count when it gives none), ``charged`` (tokens of the tries whose answer was lost:
 a timeout, a dropped connection, a body cut short, a 408 or a gateway's 5xx, each charged at the counted
-tokens, since the provider may have billed it), ``usd`` (``tokens + charged`` at the price), the ``retries`` the request
-took, its seconds, and the plan's ``settings`` (a digest of what is sent). An end line settles the
+tokens, since the provider may have billed it), ``usd`` (``tokens + charged`` at the price), the
+``retries`` the request took, its seconds, and the plan's ``settings`` (a digest of what is sent). An end line settles the
 request's reservations; a reservation never settled (a job killed, SIGKILL or a node lost, while the
 request was out) stays charged at its counted tokens. So the recorded spend is never less than what was
 billed, whenever a job stops, when the tokens are counted as the provider counts them (the model's

@@ -355,6 +355,13 @@ class ApiEncoder:
         lost = 0  # tries sent whose answer was lost (possibly billed: charged at the counted tokens)
         reserved = False  # a reservation in the ledger that the next try may use
         notes: list[str] = []
+
+        def lose() -> None:  # a try sent whose answer was lost: its reservation stays as a charge
+            nonlocal lost, reserved
+            lost, reserved = lost + 1, False
+            if self.budget is not None:
+                self.budget.charge(counted)
+
         if self._stop.is_set():
             raise _Stopped()
         if self.budget is not None:
@@ -379,10 +386,8 @@ class ApiEncoder:
                 try:
                     vectors, tokens, headers = self._post(texts, counts, what)
                 except _Retry as err:
-                    if err.kind == "transport":  # sent, its answer lost: the reservation stays as a charge
-                        lost, reserved = lost + 1, False
-                        if self.budget is not None:
-                            self.budget.charge(counted)
+                    if err.kind == "transport":  # sent, its answer lost
+                        lose()
                     notes.append(err.what)
                     if err.kind != "rate" and failures >= self.max_retries:
                         raise self._fail(ApiError(
@@ -422,9 +427,7 @@ class ApiEncoder:
                 except (ConfigError, ApiError) as err:  # the key refused, a wrong URL, a redirect, another 4xx
                     raise self._fail(err) from None
                 except BaseException:  # cut off while out (an interrupt): possibly billed
-                    lost, reserved = lost + 1, False
-                    if self.budget is not None:
-                        self.budget.charge(counted)
+                    lose()
                     raise
                 status = "ok"
                 self._last_answer = time.monotonic()
